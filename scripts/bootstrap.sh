@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up (or refresh) the project's virtual environment in .venv.
+# torch is installed first with its exact CPU pin, so the package's own
+# dependency range is already satisfied and pip downloads no other build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q -e '.[test]'

@@ -1,0 +1,31 @@
+"""The container every loader returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class FederatedDataset:
+    """A dataset ready for federation: preprocessed training normals and a labelled test set.
+
+    ``train`` holds only normal records, in file order (partitions shuffle it).
+    ``test_y`` is 1 for anomalies (the positive class), 0 for normals.
+    ``preprocessor`` is what turns raw records of this dataset into model inputs
+    (JSON-serialisable through ``to_dict``); vision datasets use a fixed scaling.
+    """
+
+    name: str
+    kind: str  # "tabular" | "vision"
+    train: np.ndarray  # float32 [N, *input_shape]
+    test_x: np.ndarray  # float32 [M, *input_shape]
+    test_y: np.ndarray  # int64 [M]
+    preprocessor: Any = None
+    feature_names: list[str] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train.shape[1:])

@@ -1,0 +1,181 @@
+"""GCA — Global Centroid Alignment (SPEC §1), as small pure functions.
+
+Hold this file beside SPEC §1: Phase 1 is ``reconstruction_per_row``,
+the upload is ``upload_size`` / ``sample_upload``, Phase 2 is
+``fedgca.protocol.clustering.cluster_codes``, Phase 3 is
+``alignment_weights`` + ``nearest_centroid`` + ``alignment_per_row``.
+The simulator, the Flower apps and the attacks all call these.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
+
+
+class UploadError(ValueError):
+    """A client's upload is not what the protocol allows (shape, dtype, NaN/inf, size)."""
+
+
+def upload_size(n_rows: int, rho: float) -> int:
+    """⌊ρ·N_i⌋ codes per client and round (the epsilon guards 0.29·100 = 28.999…)."""
+    return int(math.floor(rho * n_rows + 1e-9))
+
+
+def sample_upload(rng: np.random.Generator, n_rows: int, rho: float) -> np.ndarray:
+    """A fresh uniformly random index set of size ⌊ρ·N_i⌋, without replacement."""
+    return np.sort(rng.choice(n_rows, size=upload_size(n_rows, rho), replace=False))
+
+
+def validate_upload(codes, *, max_rows: int, latent_dim: int) -> np.ndarray:
+    """Server-side guard: a 2-D float32 array (≤ max_rows, latent_dim), all finite."""
+    if not isinstance(codes, np.ndarray):
+        raise UploadError(f"upload is {type(codes).__name__}, expected a numpy array")
+    if codes.dtype != np.float32:
+        raise UploadError(f"upload dtype {codes.dtype}, expected float32")
+    if codes.ndim != 2 or codes.shape[1] != latent_dim:
+        raise UploadError(f"upload shape {codes.shape}, expected (n, {latent_dim})")
+    if codes.shape[0] > max_rows:
+        raise UploadError(f"upload has {codes.shape[0]} rows, more than the {max_rows} allowed")
+    if not np.isfinite(codes).all():
+        raise UploadError("upload contains NaN or inf")
+    return codes
+
+
+def alignment_weights(
+    counts: Tensor, *, gamma: float = 1.0, w_max: float = 6.0, eps: float = 1e-6, uniform: bool = False
+) -> Tensor:
+    """Inverse-support weights w_k of SPEC §1, Phase 3.
+
+    N̂_k = max(N_k, ε); N̄ = mean N̂; w̃_k = min(w_max, (N̄/N̂_k)^γ); w_k = w̃_k / (mean w̃ + ε).
+    Rare clusters pull harder (capped at w_max), so that the encoder does not
+    collapse every code onto the few dominant centroids.
+    """
+    counts = torch.as_tensor(counts, dtype=torch.float64)
+    if uniform:
+        return torch.ones_like(counts)
+    n_hat = counts.clamp_min(eps)
+    w_tilde = (n_hat.mean() / n_hat).pow(gamma).clamp_max(w_max)
+    return w_tilde / (w_tilde.mean() + eps)
+
+
+def nearest_centroid(z: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
+    """a = argmin_k ||z − μ_k||₂ and that squared distance, for z of shape [..., dz]."""
+    sq = (z.unsqueeze(-2) - centroids).pow(2).sum(-1)  # [..., K]
+    sq_min, assign = sq.min(dim=-1)
+    return assign, sq_min
+
+
+def alignment_per_row(z: Tensor, centroids: Tensor, weights: Tensor) -> Tensor:
+    """w_{a_b} · ||E(x_b) − μ_{a_b}||², with μ and w constants (no gradient through them)."""
+    assign, sq = nearest_centroid(z, centroids.detach())
+    return weights.detach().to(z.dtype)[assign] * sq
+
+
+# ---------------------------------------------------------------------------
+# The client and server rules, over a stack of client models (C = 1 for a
+# Flower client). Orchestration — which clients, when to evaluate — lives in
+# fedgca.simulation and fedgca.flower.
+# ---------------------------------------------------------------------------
+from dataclasses import dataclass, field  # noqa: E402
+
+from fedgca.protocol.clustering import ClusterSummary, cluster_codes  # noqa: E402
+from fedgca.training.loop import ClientShards, LossFn, run_epoch  # noqa: E402
+from fedgca.training.stacked import StackedModels  # noqa: E402
+
+
+@dataclass(frozen=True)
+class GCAConfig:
+    """SPEC §1 presets; every value is configurable."""
+
+    k: int = 10
+    rho: float = 0.1
+    recon_epochs: int = 5
+    align_epochs: int = 5
+    batch_size: int = 50
+    backend: str = "gmm"
+    cluster_preset: str = "tabular"
+    cluster_options: dict = field(default_factory=dict)
+    gamma: float = 1.0
+    w_max: float = 6.0
+    eps: float = 1e-6
+    uniform_weights: bool = False
+
+
+def reconstruction_loss(clients: StackedModels, n_feature_dims: int) -> LossFn:
+    """Phase 1 loss L_recon per client."""
+
+    def loss(xb: Tensor, mask: Tensor) -> Tensor:
+        return masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
+
+    return loss
+
+
+def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -> LossFn:
+    """Phase 3 loss L_align per client; assignments recomputed every batch."""
+
+    def loss(xb: Tensor, mask: Tensor) -> Tensor:
+        return masked_batch_mean(alignment_per_row(clients.encode(xb), centroids, weights), mask)
+
+    return loss
+
+
+def reconstruction_epoch(clients, shards: ClientShards, rngs, cfg: GCAConfig, participating: Tensor) -> Tensor:
+    n_feature_dims = shards.x.dim() - 2
+    return run_epoch(
+        clients, shards, rngs, cfg.batch_size, reconstruction_loss(clients, n_feature_dims),
+        list(clients.params), participating,
+    )
+
+
+def alignment_epoch(
+    clients, shards: ClientShards, rngs, cfg: GCAConfig, summary: ClusterSummary, participating: Tensor
+) -> Tensor:
+    """One alignment epoch: encoder parameters only — decoder tensors and Adam state untouched."""
+    centroids = torch.as_tensor(summary.centroids, dtype=torch.float32)
+    weights = alignment_weights(
+        torch.as_tensor(summary.counts), gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.eps,
+        uniform=cfg.uniform_weights,
+    )
+    return run_epoch(
+        clients, shards, rngs, cfg.batch_size, alignment_loss(clients, centroids, weights),
+        clients.encoder_keys, participating,
+    )
+
+
+@torch.no_grad()
+def encode_uploads(clients: StackedModels, shards: ClientShards, rngs, rho: float, participating) -> list:
+    """Each participating client's ⌊ρ·N_i⌋ freshly sampled codes (float32 arrays); None for others."""
+    picks = [
+        sample_upload(rngs[c], int(n), rho) if bool(participating[c]) else np.zeros(0, dtype=np.int64)
+        for c, n in enumerate(shards.sizes)
+    ]
+    width = max(1, max(len(p) for p in picks))
+    idx = torch.zeros((len(picks), width), dtype=torch.long)
+    for c, p in enumerate(picks):
+        idx[c, : len(p)] = torch.as_tensor(p)
+    codes = clients.encode(shards.x[torch.arange(len(picks)).unsqueeze(-1), idx])
+    return [
+        codes[c, : len(p)].numpy().astype(np.float32, copy=True) if bool(participating[c]) else None
+        for c, p in enumerate(picks)
+    ]
+
+
+def aggregate_codes(uploads: list[np.ndarray], cfg: GCAConfig, seed: int) -> ClusterSummary:
+    """Phase 2 (server): pool the uploads and cluster them into non-empty centroids and counts."""
+    pooled = np.concatenate([u for u in uploads if u is not None and len(u)], axis=0)
+    return cluster_codes(
+        pooled, cfg.k, backend=cfg.backend, seed=seed, preset=cfg.cluster_preset, **cfg.cluster_options
+    )
+
+
+def broadcast_payload(summary: ClusterSummary) -> dict[str, np.ndarray]:
+    """What the server sends each client: K' centroids and K' counts, FP32."""
+    return {
+        "centroids": np.ascontiguousarray(summary.centroids, dtype=np.float32),
+        "counts": np.ascontiguousarray(summary.counts, dtype=np.float32),
+    }

@@ -1,0 +1,70 @@
+"""summary.json: the run's identity, its communication, and metrics under each reporting protocol."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fedgca.config import RunConfig
+from fedgca.models import param_count
+
+METRICS = ("accuracy", "auroc", "auprc")
+
+
+def _pick(row: dict, **extra) -> dict:
+    return {**{m: row[m] for m in METRICS}, "round": row["round"], "phase": row["phase"],
+            "epoch": row["epoch"], **extra}
+
+
+def protocol_results(rows: list[dict], has_validation: bool) -> dict:
+    """final / peak (paper) / selected (validation, no test labels) from the metric rows.
+
+    peak: the evaluation with the highest test accuracy among the paper's
+    evaluation points (its AUROC and AUPRC are those of the same evaluation).
+    """
+    round_rows = [r for r in rows if r["phase"] == "round"]
+    paper_rows = [r for r in rows if r["paper"]]
+    final = round_rows[-1]
+    peak = max(paper_rows, key=lambda r: r["accuracy"])  # first maximum on ties
+    if has_validation:
+        sel = min(round_rows, key=lambda r: r["val_error"])
+        selected = _pick(sel, rule="round with the lowest mean validation reconstruction error")
+    else:
+        selected = _pick(final, rule="final round (val_fraction = 0: no validation split)")
+    return {
+        "final": _pick(final, protocol="final round"),
+        "peak": _pick(peak, protocol="paper: peak test accuracy over evaluations (uses test labels)"),
+        "selected": selected,
+    }
+
+
+def _per_round(values: list[int]):
+    return values[0] if len(set(values)) == 1 else float(np.mean(values))
+
+
+def summarise(cfg: RunConfig, fed, method, rows: list[dict], comm: list[dict], wall: float) -> dict:
+    shape = fed.dataset.input_shape
+    return {
+        "dataset": cfg.dataset,
+        "method": cfg.method,
+        "seed": cfg.seed,
+        "rounds": cfg.rounds,
+        "clients": cfg.clients,
+        "k": cfg.k,
+        "rho": cfg.rho,
+        "backend": cfg.backend,
+        "weights": cfg.weights,
+        "partition": cfg.partition,
+        "input_dim": int(math.prod(shape)),
+        "input_shape": list(shape),
+        "latent_dim": fed.latent_dim,
+        "param_count": param_count(fed.template),
+        "client_sizes": [int(n) for n in fed.shards.sizes],
+        "uploads_per_round": _per_round([c["uploads"] for c in comm]),
+        "bytes_up_per_round": _per_round([c["bytes_up"] for c in comm]),
+        "bytes_down_per_round": _per_round([c["bytes_down"] for c in comm]),
+        "bytes_total": int(sum(c["bytes_up"] + c["bytes_down"] for c in comm)),
+        "wall_seconds": round(wall, 3),
+        **protocol_results(rows, fed.val_shards is not None),
+        **getattr(method, "summary_extra", lambda: {})(),
+    }

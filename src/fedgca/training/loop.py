@@ -1,0 +1,92 @@
+"""Mini-batch epochs over stacked clients (shared by every method and by Flower clients)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedgca.training.stacked import StackedModels
+
+# loss_fn(x_batch [C, B, *shape], mask [C, B]) -> per-client loss [C]
+LossFn = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass
+class ClientShards:
+    """Each client's local rows, padded to a common length along a client axis."""
+
+    x: Tensor  # [C, N_max, *input_shape]
+    sizes: np.ndarray  # [C] real row counts
+
+    @classmethod
+    def from_arrays(cls, arrays: list[np.ndarray]) -> "ClientShards":
+        sizes = np.array([len(a) for a in arrays], dtype=np.int64)
+        shape = arrays[0].shape[1:]
+        x = torch.zeros((len(arrays), int(sizes.max()), *shape), dtype=torch.float32)
+        for i, a in enumerate(arrays):
+            x[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
+        return cls(x, sizes)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.sizes)
+
+    def client(self, i: int) -> Tensor:
+        return self.x[i, : self.sizes[i]]
+
+
+def batch_plan(rngs: list[np.random.Generator], sizes: np.ndarray, batch_size: int) -> tuple[Tensor, Tensor]:
+    """One epoch's shuffled mini-batches for every client, in lock-step.
+
+    Returns indices [S, C, B] and a row mask [S, C, B] (0 for padding), with
+    S = the largest client's batch count; a client with fewer batches has
+    all-zero masks in the trailing steps and does not step there.
+    Each client's permutation comes from its own generator, so a lone client
+    (the reference loop, a Flower client) draws exactly what it draws here.
+    """
+    n_steps = int(np.ceil(sizes.max() / batch_size))
+    idx = np.zeros((n_steps * batch_size, len(sizes)), dtype=np.int64)
+    mask = np.zeros_like(idx, dtype=np.float32)
+    for c, n in enumerate(sizes):
+        idx[:n, c] = rngs[c].permutation(int(n))
+        mask[:n, c] = 1.0
+    shape = (n_steps, batch_size, len(sizes))
+    return (
+        torch.from_numpy(idx.reshape(shape).transpose(0, 2, 1).copy()),
+        torch.from_numpy(mask.reshape(shape).transpose(0, 2, 1).copy()),
+    )
+
+
+def run_epoch(
+    clients: StackedModels,
+    shards: ClientShards,
+    rngs: list[np.random.Generator],
+    batch_size: int,
+    loss_fn: LossFn,
+    keys: list[str],
+    participating: Tensor,
+) -> Tensor:
+    """One local epoch of mini-batch Adam for the participating clients, on parameters ``keys``.
+
+    Returns each client's mean batch loss over the epoch [C] (0 for absent clients).
+    """
+    idx, mask = batch_plan(rngs, shards.sizes, batch_size)
+    mask = mask * participating.to(mask.dtype).unsqueeze(-1)
+    rows = torch.arange(shards.num_clients).unsqueeze(-1)
+    total, n_batches = torch.zeros(shards.num_clients), torch.zeros(shards.num_clients)
+    params = [clients.params[k] for k in keys]
+    for step in range(idx.shape[0]):
+        active = mask[step].sum(-1) > 0
+        if not bool(active.any()):
+            continue
+        xb = shards.x[rows, idx[step]]
+        loss = loss_fn(xb, mask[step])
+        grads = torch.autograd.grad(loss.sum(), params)
+        clients.optim.step(clients.params, dict(zip(keys, grads)), active)
+        total += loss.detach() * active
+        n_batches += active
+    clients.optim.end_epoch(participating)
+    return total / n_batches.clamp_min(1)

@@ -1,0 +1,175 @@
+"""C client autoencoders trained as one stacked computation.
+
+Each client keeps its own parameters and its own Adam state; stacking them
+along a leading client axis lets one ``vmap``-ed forward/backward serve all
+C clients per mini-batch. ``StackedAdam`` reproduces C independent
+``torch.optim.Adam`` optimisers exactly, including clients that have no batch
+left in an epoch (they take no step and their step count does not advance).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+from torch.optim.adam import adam
+
+
+@dataclass(frozen=True)
+class AdamConfig:
+    """Adam lr 1e-3 with StepLR(step 1000 epochs, γ 0.1): SPEC's optimiser everywhere."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    lr_step: int = 1000
+    lr_gamma: float = 0.1
+
+
+class StackedAdam:
+    """C independent Adam optimisers over stacked parameters ``{name: [C, ...]}``.
+
+    State per parameter tensor and client: step count t, moments m and v —
+    exactly what ``torch.optim.Adam`` keeps per parameter. The update itself is
+    torch's own fused Adam kernel, applied to runs of consecutive clients that
+    share (step count, learning rate): with equal shards that is one call per
+    tensor for all C clients; unequal shards fall back to smaller runs.
+    A parameter that receives no gradient (the frozen decoder during
+    alignment) is not touched, nor is its state.
+    """
+
+    def __init__(self, params: dict[str, Tensor], cfg: AdamConfig):
+        self.cfg = cfg
+        n_clients = next(iter(params.values())).shape[0]
+        self.step_count = {k: torch.zeros(n_clients, dtype=torch.long) for k in params}
+        self.exp_avg = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
+        self.exp_avg_sq = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
+        self.epochs = torch.zeros(n_clients, dtype=torch.long)  # StepLR counters, one step per local epoch
+
+    def lr(self) -> Tensor:
+        return self.cfg.lr * self.cfg.lr_gamma ** (self.epochs // self.cfg.lr_step).to(torch.float64)
+
+    @torch.no_grad()
+    def step(self, params: dict[str, Tensor], grads: dict[str, Tensor], active: Tensor) -> None:
+        """One Adam step for the clients where ``active`` [C] is true."""
+        lrs = self.lr()
+        for name, g in grads.items():
+            steps = self.step_count[name]
+            for a, b in _runs(active, steps, lrs):
+                _fused_adam(
+                    params[name].detach()[a:b], g[a:b], self.exp_avg[name][a:b], self.exp_avg_sq[name][a:b],
+                    step=int(steps[a]), lr=float(lrs[a]), cfg=self.cfg,
+                )
+                steps[a:b] += 1
+
+    def end_epoch(self, active: Tensor) -> None:
+        self.epochs += active.long()
+
+    def reset(self, clients: Tensor | None = None) -> None:
+        """Fresh optimiser state (all clients, or a boolean mask of them)."""
+        sel = slice(None) if clients is None else clients
+        for k in self.exp_avg:
+            self.exp_avg[k][sel] = 0
+            self.exp_avg_sq[k][sel] = 0
+            self.step_count[k][sel] = 0
+        self.epochs[sel] = 0
+
+    def state_dict(self) -> dict:
+        return {"step": self.step_count, "m": self.exp_avg, "v": self.exp_avg_sq, "epochs": self.epochs}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, mine in (("step", self.step_count), ("m", self.exp_avg), ("v", self.exp_avg_sq)):
+            for k, v in state[key].items():
+                mine[k].copy_(v)
+        self.epochs.copy_(state["epochs"])
+
+
+def _runs(active: Tensor, steps: Tensor, lrs: Tensor) -> list[tuple[int, int]]:
+    """Maximal runs [a, b) of consecutive active clients with equal step count and lr."""
+    runs, start = [], None
+    n = len(active)
+    for i in range(n + 1):
+        same = (
+            start is not None and i < n and bool(active[i])
+            and steps[i] == steps[start] and lrs[i] == lrs[start]
+        )
+        if start is not None and not same:
+            runs.append((start, i))
+            start = None
+        if start is None and i < n and bool(active[i]):
+            start = i
+    return runs
+
+
+def _fused_adam(p: Tensor, g: Tensor, m: Tensor, v: Tensor, *, step: int, lr: float, cfg: AdamConfig) -> None:
+    """torch's fused Adam kernel on one slice of clients that share a step count."""
+    state_step = torch.tensor(float(step))
+    adam(
+        [p], [g], [m], [v], [], [state_step], foreach=False, fused=True, capturable=False,
+        differentiable=False, grad_scale=None, found_inf=None, has_complex=False, amsgrad=False,
+        beta1=cfg.betas[0], beta2=cfg.betas[1], lr=lr, weight_decay=0.0, eps=cfg.eps, maximize=False,
+    )
+
+
+class StackedModels:
+    """C copies of one autoencoder architecture with stacked parameters and Adam state."""
+
+    def __init__(self, models: list[nn.Module], adam: AdamConfig = AdamConfig()):
+        self.num_clients = len(models)
+        self.base = copy.deepcopy(models[0]).to("meta")
+        params, buffers = stack_module_state(models)
+        if buffers:
+            raise ValueError("fedgca autoencoders have no buffers (no normalisation layers)")
+        self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+        self.optim = StackedAdam(self.params, adam)
+        self.encoder_keys = [k for k in self.params if k.startswith("encoder.")]
+        self.decoder_keys = [k for k in self.params if k.startswith("decoder.")]
+        self._encode = vmap(self._call("encoder"))
+        self._decode = vmap(self._call("decoder"))
+
+    def _call(self, part: str):
+        module = getattr(self.base, part)
+        prefix = part + "."
+
+        def call(params: dict[str, Tensor], x: Tensor) -> Tensor:
+            own = {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+            return functional_call(module, own, (x,))
+
+        return call
+
+    # ---- forward passes over a client axis: x [C, B, *input_shape] ----
+    def encode(self, x: Tensor) -> Tensor:
+        return self._encode(self.params, x)
+
+    def decode(self, z: Tensor) -> Tensor:
+        return self._decode(self.params, z)
+
+    def reconstruct(self, x: Tensor) -> Tensor:
+        return self.decode(self.encode(x))
+
+    # ---- per-client views, for artifacts, attacks and the reference loop ----
+    def client_state_dict(self, i: int) -> dict[str, Tensor]:
+        return {k: v[i].detach().clone() for k, v in self.params.items()}
+
+    def client_model(self, i: int, template: nn.Module) -> nn.Module:
+        model = copy.deepcopy(template)
+        model.load_state_dict(self.client_state_dict(i))
+        return model
+
+    @torch.no_grad()
+    def set_all(self, state: dict[str, Tensor], clients: Tensor | None = None) -> None:
+        """Copy one model's parameters into every client slot (or the masked ones)."""
+        sel = slice(None) if clients is None else clients
+        for k, v in self.params.items():
+            v[sel] = state[k].to(v.dtype)
+
+    def state_dict(self) -> dict:
+        return {"params": {k: v.detach().clone() for k, v in self.params.items()}, "optim": self.optim.state_dict()}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in self.params.items():
+            v.copy_(state["params"][k])
+        self.optim.load_state_dict(state["optim"])

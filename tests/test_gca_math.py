@@ -1,0 +1,83 @@
+"""SPEC §1 math: alignment weights, nearest centroid, alignment loss, upload sizes."""
+import numpy as np
+import pytest
+import torch
+
+from fedgca.protocol import gca
+
+
+def _weights_by_hand(counts, gamma=1.0, w_max=6.0, eps=1e-6):
+    n_hat = [max(c, eps) for c in counts]
+    n_bar = sum(n_hat) / len(n_hat)
+    w_t = [min(w_max, (n_bar / n) ** gamma) for n in n_hat]
+    mean = sum(w_t) / len(w_t)
+    return [w / (mean + eps) for w in w_t]
+
+
+def test_weights_equal_counts_are_one():
+    w = gca.alignment_weights(torch.tensor([5.0, 5.0, 5.0, 5.0]))
+    assert torch.allclose(w, torch.full((4,), 1 / (1 + 1e-6), dtype=torch.float64))
+
+
+def test_weights_hand_computed_case():
+    # counts 10, 30: N̄ = 20; w̃ = (2, 2/3); mean 4/3 → w = (1.5, 0.5) up to ε
+    w = gca.alignment_weights(torch.tensor([10.0, 30.0]))
+    assert w.tolist() == pytest.approx([2 / (4 / 3 + 1e-6), (2 / 3) / (4 / 3 + 1e-6)], rel=1e-12)
+    assert w.tolist() == pytest.approx([1.5, 0.5], rel=1e-5)
+
+
+def test_weights_cap_and_zero_count():
+    counts = [0.0, 1.0, 100.0, 1000.0]  # zero count → N̂ = ε → w̃ capped at w_max
+    w = gca.alignment_weights(torch.tensor(counts))
+    assert w.tolist() == pytest.approx(_weights_by_hand(counts), rel=1e-12)
+    w_tilde = [min(6.0, (np.mean([max(c, 1e-6) for c in counts]) / max(c, 1e-6))) for c in counts]
+    assert w_tilde[0] == 6.0 and w_tilde[1] == 6.0  # both capped
+    assert w[0] == w[1]
+
+
+@pytest.mark.parametrize("gamma,w_max", [(0.5, 6.0), (2.0, 3.0), (1.0, 100.0)])
+def test_weights_random_against_hand_formula(gamma, w_max):
+    counts = np.random.default_rng(0).integers(0, 50, size=12).astype(float).tolist()
+    w = gca.alignment_weights(torch.tensor(counts), gamma=gamma, w_max=w_max)
+    assert w.tolist() == pytest.approx(_weights_by_hand(counts, gamma, w_max), rel=1e-12)
+
+
+def test_uniform_ablation():
+    assert gca.alignment_weights(torch.tensor([1.0, 50.0]), uniform=True).tolist() == [1.0, 1.0]
+
+
+def test_nearest_centroid_brute_force():
+    g = torch.Generator().manual_seed(0)
+    z, mu = torch.randn(3, 40, 16, generator=g), torch.randn(7, 16, generator=g)
+    assign, sq = gca.nearest_centroid(z, mu)
+    for c in range(3):
+        for b in range(40):
+            d = [float(((z[c, b] - mu[k]) ** 2).sum()) for k in range(7)]
+            assert int(assign[c, b]) == int(np.argmin(d))
+            assert float(sq[c, b]) == pytest.approx(min(d), rel=1e-5)
+
+
+def test_alignment_loss_treats_centroids_and_weights_as_constants():
+    z = torch.randn(10, 4, requires_grad=True)
+    mu = torch.randn(3, 4, requires_grad=True)
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    gca.alignment_per_row(z, mu, w).sum().backward()
+    assert z.grad is not None and mu.grad is None and w.grad is None
+
+
+def test_upload_size_floor_and_sampling():
+    assert gca.upload_size(79, 0.5) == 39 and gca.upload_size(100, 0.29) == 29
+    idx = gca.sample_upload(np.random.default_rng(1), 565, 0.25)
+    assert len(idx) == 141 and len(set(idx.tolist())) == 141 and idx.max() < 565
+
+
+@pytest.mark.parametrize("bad,msg", [
+    (np.full((3, 16), np.nan, np.float32), "NaN"),
+    (np.zeros((3, 15), np.float32), "shape"),
+    (np.zeros((3, 16), np.float64), "dtype"),
+    (np.zeros((11, 16), np.float32), "rows"),
+    ([[0.0] * 16], "numpy"),
+])
+def test_validate_upload_rejects(bad, msg):
+    with pytest.raises(gca.UploadError, match=msg):
+        gca.validate_upload(bad, max_rows=10, latent_dim=16)
