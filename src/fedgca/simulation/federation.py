@@ -66,13 +66,15 @@ def split_validation(parts: list[np.ndarray], fraction: float, seed: int) -> tup
     return train, val
 
 
-def init_models(cfg: RunConfig, input_shape: tuple[int, ...], n: int) -> list[torch.nn.Module]:
-    """Independently initialised client models, reproducible from the seed."""
-    gen_state = torch.random.get_rng_state()
-    torch.manual_seed(seeding.int_seed(cfg.seed, "init"))
-    models = [build_model(input_shape) for _ in range(n)]
-    torch.random.set_rng_state(gen_state)
-    return models
+def init_models(cfg: RunConfig, input_shape: tuple[int, ...], client_ids) -> list[torch.nn.Module]:
+    """Client i's initial model depends only on (seed, i): a Flower client rebuilds the same one."""
+    return [init_model(cfg.seed, input_shape, i) for i in client_ids]
+
+
+def init_model(seed: int, input_shape: tuple[int, ...], client_id: int) -> torch.nn.Module:
+    with torch.random.fork_rng():
+        torch.manual_seed(seeding.int_seed(seed, "init", client_id))
+        return build_model(input_shape)
 
 
 def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | None = None) -> Federation:
@@ -80,7 +82,7 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
     dataset = dataset or load_dataset(cfg.dataset, data_dir, seed=cfg.seed)
     parts, val = split_validation(partition_rows(cfg, dataset.train), cfg.val_fraction, cfg.seed)
     n_models = 1 if cfg.method == "centralized" else cfg.clients
-    models = init_models(cfg, dataset.input_shape, n_models)
+    models = init_models(cfg, dataset.input_shape, range(n_models))
     adam = AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma)
     shards = ClientShards.from_arrays([dataset.train[p] for p in parts])
     has_val = cfg.val_fraction > 0 and all(len(v) for v in val)

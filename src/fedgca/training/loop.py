@@ -22,12 +22,12 @@ class ClientShards:
     sizes: np.ndarray  # [C] real row counts
 
     @classmethod
-    def from_arrays(cls, arrays: list[np.ndarray]) -> "ClientShards":
+    def from_arrays(cls, arrays: list[np.ndarray], dtype: torch.dtype = torch.float32) -> "ClientShards":
         sizes = np.array([len(a) for a in arrays], dtype=np.int64)
         shape = arrays[0].shape[1:]
-        x = torch.zeros((len(arrays), int(sizes.max()), *shape), dtype=torch.float32)
+        x = torch.zeros((len(arrays), int(sizes.max()), *shape), dtype=dtype)
         for i, a in enumerate(arrays):
-            x[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
+            x[i, : len(a)] = torch.as_tensor(a, dtype=dtype)
         return cls(x, sizes)
 
     @property

@@ -20,7 +20,7 @@ class ReferenceClient:
     def __init__(self, model: nn.Module, data: np.ndarray, cid: int, lr: float = 1e-3,
                  lr_step: int = 1000, lr_gamma: float = 0.1):
         self.model, self.cid = model, cid
-        self.x = torch.as_tensor(data, dtype=torch.float32)
+        self.x = torch.as_tensor(data, dtype=next(model.parameters()).dtype)
         self.optim = torch.optim.Adam(model.parameters(), lr=lr)
         self.sched = torch.optim.lr_scheduler.StepLR(self.optim, lr_step, lr_gamma)
 

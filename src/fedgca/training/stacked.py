@@ -59,7 +59,7 @@ class StackedAdam:
             steps = self.step_count[name]
             for a, b in _runs(active, steps, lrs):
                 _fused_adam(
-                    params[name].detach()[a:b], g[a:b], self.exp_avg[name][a:b], self.exp_avg_sq[name][a:b],
+                    params[name].detach()[a:b], g[a:b].contiguous(), self.exp_avg[name][a:b], self.exp_avg_sq[name][a:b],
                     step=int(steps[a]), lr=float(lrs[a]), cfg=self.cfg,
                 )
                 steps[a:b] += 1

@@ -1,0 +1,120 @@
+"""CLI: compare, sweep, report, comm."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+
+def _csv(kind=str):
+    return lambda s: [kind(x) for x in s.split(",") if x]
+
+
+def register(sub) -> None:
+    from fedgca.experiments.compare import DEFAULT_METHODS, DEFAULT_SEEDS
+
+    p = sub.add_parser("compare", help="run GCA and the baselines over seeds and print the paper's tables")
+    p.add_argument("--dataset", required=True, type=_csv(), help="one dataset or a comma-separated list")
+    p.add_argument("--methods", type=_csv(), default=list(DEFAULT_METHODS))
+    p.add_argument("--seeds", type=_csv(int), default=list(DEFAULT_SEEDS))
+    p.add_argument("--rounds", type=int, default=100)
+    p.add_argument("--data-dir")
+    p.add_argument("--out", default="results/compare")
+    p.set_defaults(func=cmd_compare)
+
+    _register_sweep_report_comm(sub)
+
+
+def cmd_compare(args) -> int:
+    from fedgca.config import RunConfig
+    from fedgca.experiments import compare
+
+    root = Path(args.out)
+    root.mkdir(parents=True, exist_ok=True)
+    base = RunConfig(dataset=args.dataset[0], rounds=args.rounds)
+    summaries = compare.run_grid(base, args.dataset, args.methods, args.seeds, root, args.data_dir)
+    print(compare.render_comparison(summaries, args.methods))
+    paths = compare.write_outputs(root, summaries, args.methods)
+    print(f"tables written to {paths['md']} and {paths['csv']}; per-run figures in {paths['runs']}")
+    return 0
+
+
+# --------------------------------------------------------------------------- sweep / report / comm
+
+
+def _register_sweep_report_comm(sub) -> None:
+    p = sub.add_parser("sweep", help="run a grid of configurations from a TOML file (resumable, parallel)",
+                       description="Run every configuration of a sweep file; finished runs are skipped, killed "
+                                   "runs resume, failed runs are recorded and retried on the next invocation.")
+    p.add_argument("spec", help="sweep file (TOML: [base] and [grid] / [[grid]] tables of RunConfig fields)")
+    p.add_argument("--out", help="sweep directory (default: the file's `out`)")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel, one process each (default 1)")
+    p.add_argument("--data-dir", help="dataset directory (default: the file's `data_dir`, $FEDGCA_DATA_DIR, cache)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
+    p.add_argument("--no-retry-failed", action="store_true", help="leave runs whose last attempt failed alone")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("report", help="render the paper's tables and plots from a directory of runs",
+                       description="Collect every summary.json under DIR (sweeps and compare runs), group by "
+                                   "config, and write report.md, report.tex, CSV tables and PNG plots.")
+    p.add_argument("dir", help="directory tree holding runs")
+    p.add_argument("--out", help="where to write (default: DIR/report)")
+    p.add_argument("--no-plots", action="store_true")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("comm", help="per-round communication (MiB) measured from the payloads the code builds",
+                       description="GCA up/down and FL totals per round for each dataset and K, measured from "
+                                   "the built payloads and checked against SPEC \u00a77's formulas. Trains nothing.")
+    p.add_argument("--dataset", nargs="+", type=_csv(), action="extend",
+                   help="datasets (default: all seven); comma- or space-separated")
+    p.add_argument("--k", type=_csv(int), help="K values (default 10,20,40,80)")
+    p.add_argument("--format", choices=("md", "csv", "json"), default="md")
+    p.add_argument("--data-dir", help="dataset directory for the real client sizes (never downloads; "
+                                      "documented sizes are used for datasets whose files are absent)")
+    p.set_defaults(func=cmd_comm)
+
+
+def cmd_sweep(args) -> int:
+    import sys
+
+    from fedgca.experiments import sweep
+
+    spec = sweep.load_spec(args.spec)
+    out = args.out or spec.out
+    if not out:
+        raise ValueError("no sweep directory: pass --out DIR (or set `out` in the sweep file)")
+    data_dir = args.data_dir or spec.data_dir
+    if args.dry_run:
+        states = sweep.status(Path(out), spec.configs)
+        for cfg in spec.configs:
+            print(f"{cfg.key()}  {states[cfg.key()]:8s}  {sweep.describe(cfg)}")
+        counts = {s: list(states.values()).count(s) for s in ("finished", "partial", "failed", "pending")}
+        print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(spec.configs)}", file=sys.stderr)
+        return 0
+    res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
+                          verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed)
+    print(f"sweep {out}: {res['total']} runs; {res['skipped']} already done, {res['finished']} finished now, "
+          f"{len(res['failed'])} failed", file=sys.stderr)
+    for f in res["failed"]:
+        print(f"  failed {f['key']} ({f['run']}): {f['error']}", file=sys.stderr)
+    return 1 if res["failed"] else 0
+
+
+def cmd_report(args) -> int:
+    import sys
+
+    from fedgca.reporting import report
+
+    paths = report.write_report(args.dir, args.out, plots=not args.no_plots)
+    print(paths["md"].read_text())
+    print(f"report written to {paths['md'].parent} (report.md, report.tex, CSV tables, plots)", file=sys.stderr)
+    return 0
+
+
+def cmd_comm(args) -> int:
+    from fedgca.config import K_GRID
+    from fedgca.experiments import comm
+
+    datasets = [d for group in (args.dataset or []) for d in group] or None
+    rows, sources = comm.comm_table(datasets, args.k or K_GRID, args.data_dir)
+    print(comm.render(rows, args.format, sources), end="" if args.format == "csv" else "\n")
+    return 0

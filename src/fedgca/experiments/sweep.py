@@ -1,0 +1,357 @@
+"""``fedgca sweep``: a resumable grid of runs (datasets × methods × backends × K × weights × partitions × seeds).
+
+A sweep file (TOML) holds an optional ``[base]`` table of :class:`RunConfig`
+fields shared by every run, and one ``[grid]`` table or several ``[[grid]]``
+tables; each grid maps RunConfig fields to a value or a list of values, and
+its runs are the Cartesian product (merged over ``[base]``)::
+
+    out = "results/sweep_k"          # optional; --out wins
+    [base]
+    rounds = 100
+    [[grid]]
+    dataset = ["academic", "magic"]
+    method = "gca"
+    k = [10, 20, 40, 80]
+    seed = [100, 200, 300]
+
+Every run is named by the key of its *canonical* config (:func:`canonical`:
+options a method does not read are reset to their defaults, so a grid over K
+runs each baseline once) and lives in ``DIR/runs/<key>/``. A run is finished
+when its ``summary.json`` exists; finished runs are skipped, unfinished ones
+with a checkpoint resume from their last completed round. ``DIR/ledger.jsonl``
+is an append-only, fsync'd log of ``started`` / ``finished`` / ``failed``
+events (with the config and, for failures, the error text). A failed run does
+not stop the sweep; the next invocation retries it.
+
+Runs execute in worker processes (``--workers N``, one fresh process per run,
+each with ``max(1, cores // N)`` torch threads). A sweep killed at any moment
+resumes with nothing lost or duplicated: each run holds an exclusive lock on
+its directory while it runs (so an orphaned worker and a restarted sweep never
+write the same run), and a ``finished`` event is written exactly once per key
+(a summary written just before a kill is recorded on the next start).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import threading
+import time
+import tomllib
+import traceback
+from pathlib import Path
+
+from fedgca.config import RunConfig
+
+log = logging.getLogger("fedgca")
+
+LEDGER = "ledger.jsonl"
+RUNS = "runs"
+SUMMARY = "summary.json"
+CHECKPOINT = "checkpoint.pt"
+LOCK = ".lock"
+
+# Which options each method reads (besides the common ones). Anything else is
+# reset to its default by ``canonical``, so that runs differing only in options
+# a method ignores share one key (e.g. a baseline in a grid over K).
+COMMON = {"dataset", "method", "seed", "rounds", "clients", "participation", "batch_size", "lr", "lr_step",
+          "lr_gamma", "partition", "alpha", "quantile", "val_fraction"}
+GCA_ONLY = {"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
+            "eval_align_epochs"}
+BASELINE = {"local_epochs"}
+RELEVANT = {
+    "gca": COMMON | GCA_ONLY,
+    "single": COMMON | BASELINE,
+    "centralized": COMMON | BASELINE,
+    "fedavg": COMMON | BASELINE,
+    "fednova": COMMON | BASELINE,
+    "fedprox": COMMON | BASELINE | {"fedprox_mu", "fedprox_coef"},
+    "dpfedavg": COMMON | BASELINE | {"dp_clip", "dp_sigma", "dp_delta"},
+}
+
+
+def canonical(cfg: RunConfig) -> RunConfig:
+    """The resolved config with every option its method does not read reset to its default.
+
+    (``alpha`` only matters for the Dirichlet partition and is reset under IID.)
+    """
+    cfg = cfg.resolved()
+    defaults = RunConfig(dataset=cfg.dataset, method=cfg.method)
+    keep = set(RELEVANT[cfg.method])
+    if cfg.partition != "dirichlet":
+        keep.discard("alpha")
+    values = {f.name: getattr(cfg if f.name in keep else defaults, f.name) for f in dataclasses.fields(RunConfig)}
+    if cfg.method == "fedprox" and cfg.fedprox_coef == cfg.fedprox_mu / (2 * cfg.batch_size):
+        values["fedprox_coef"] = None  # the derived default, not an override
+    return RunConfig(**values).resolved()
+
+
+# --------------------------------------------------------------------------- sweep files
+
+
+@dataclasses.dataclass
+class SweepSpec:
+    configs: list[RunConfig]  # canonical, deduplicated, in grid order
+    out: str | None = None
+    data_dir: str | None = None
+    name: str = ""
+
+
+def load_spec(path) -> SweepSpec:
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML ({err})") from None
+    return parse_spec(doc, name=path.stem)
+
+
+def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
+    unknown = set(doc) - {"base", "grid", "out", "data_dir", "name", "description"}
+    if unknown:
+        raise ValueError(f"sweep file: unknown top-level keys {', '.join(sorted(unknown))} "
+                         "(expected [base], [grid] or [[grid]], out, data_dir)")
+    base = dict(doc.get("base", {}))
+    grids = doc.get("grid")
+    if grids is None:
+        raise ValueError("sweep file: no [grid] table")
+    if isinstance(grids, dict):
+        grids = [grids]
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    configs, seen = [], set()
+    for i, grid in enumerate(grids):
+        bad = (set(grid) | set(base)) - fields
+        if bad:
+            raise ValueError(f"sweep file: grid {i + 1}: unknown RunConfig fields {', '.join(sorted(bad))}")
+        axes = {**{k: [v] for k, v in base.items()}, **{k: v if isinstance(v, list) else [v] for k, v in grid.items()}}
+        if "dataset" not in axes:
+            raise ValueError(f"sweep file: grid {i + 1} names no dataset")
+        names = list(axes)
+        for combo in itertools.product(*(axes[n] for n in names)):
+            values = dict(zip(names, combo))
+            for opt in ("k", "clients", "rho"):  # "preset" means the dataset's preset value
+                if values.get(opt) == "preset":
+                    values[opt] = None
+            cfg = canonical(RunConfig(**values))
+            key = cfg.key()
+            if key not in seen:
+                seen.add(key)
+                configs.append(cfg)
+    return SweepSpec(configs, doc.get("out"), doc.get("data_dir"), doc.get("name", name))
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+class Ledger:
+    """Append-only JSON-lines log; every append is locked, flushed and fsync'd."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def append(self, event: str, key: str, **fields) -> None:
+        line = json.dumps({"event": event, "key": key, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           "pid": os.getpid(), **fields}, sort_keys=False) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _lock(fd)
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def events(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a torn last line from a crash mid-write: ignore it
+                continue
+        return out
+
+    def finished_keys(self) -> set[str]:
+        return {e["key"] for e in self.events() if e.get("event") == "finished"}
+
+
+def _lock(fd: int) -> None:
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except ImportError:  # not POSIX: appends of one short line are still atomic in practice
+        pass
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_dir(root: Path, cfg: RunConfig) -> Path:
+    return Path(root) / RUNS / cfg.key()
+
+
+def status(root: Path, configs: list[RunConfig]) -> dict[str, str]:
+    """key → "finished" | "partial" (has a checkpoint) | "failed" (last attempt) | "pending"."""
+    failed = {}
+    for e in Ledger(Path(root) / LEDGER).events():
+        if e.get("event") in ("failed", "finished", "started"):
+            failed[e["key"]] = e["event"] == "failed"
+    out = {}
+    for cfg in configs:
+        d = run_dir(root, cfg)
+        key = cfg.key()
+        if (d / SUMMARY).exists():
+            out[key] = "finished"
+        elif failed.get(key):
+            out[key] = "failed"
+        elif (d / CHECKPOINT).exists():
+            out[key] = "partial"
+        else:
+            out[key] = "pending"
+    return out
+
+
+def _worker_init(threads: int, verbose: bool) -> None:
+    """Runs in each fresh worker process: thread budget, logging, and exit when the sweep dies."""
+    import torch
+
+    torch.set_num_threads(threads)
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s [run %(process)d] %(message)s")
+    parent = os.getppid()
+
+    def watchdog():  # a killed sweep must not leave runs going on behind the restarted one
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+
+
+def execute(cfg_dict: dict, out: str, root: str, data_dir: str | None) -> dict:
+    """One run, in a worker process. Never raises: returns {"status": ..., ...}."""
+    from fedgca.simulation.runner import run
+
+    out_p = Path(out)
+    out_p.mkdir(parents=True, exist_ok=True)
+    key = RunConfig.from_dict(cfg_dict).key()
+    fd = os.open(out_p / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _lock(fd)  # waits for an orphaned worker of a killed sweep to finish this same run
+        if (out_p / SUMMARY).exists():
+            return {"status": "finished", "resumed": False, "already": True}
+        resume = (out_p / CHECKPOINT).exists()
+        Ledger(Path(root) / LEDGER).append("started", key, resume=resume, config=cfg_dict)
+        t0 = time.perf_counter()
+        try:
+            summary = run(RunConfig.from_dict(cfg_dict), out_p, data_dir=data_dir, resume=resume, progress=False)
+        except BaseException as err:  # noqa: BLE001 — recorded, the sweep goes on
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            return {"status": "failed", "error": f"{type(err).__name__}: {err}",
+                    "traceback": traceback.format_exc()}
+        return {"status": "finished", "resumed": resume, "seconds": round(time.perf_counter() - t0, 3),
+                "peak_accuracy": summary["peak"]["accuracy"], "final_accuracy": summary["final"]["accuracy"]}
+    finally:
+        os.close(fd)
+
+
+def describe(cfg: RunConfig) -> str:
+    parts = [cfg.dataset, cfg.method, f"seed={cfg.seed}", f"partition={cfg.partition}"]
+    if cfg.method == "gca":
+        parts += [f"backend={cfg.backend}", f"K={cfg.k}", f"weights={cfg.weights}"]
+    return " ".join(parts)
+
+
+def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None, verbose: bool = False,
+              retry_failed: bool = True) -> dict:
+    """Run every config not finished in ``root``; returns counts and the failures."""
+    root = Path(root)
+    (root / RUNS).mkdir(parents=True, exist_ok=True)
+    ledger = Ledger(root / LEDGER)
+    (root / "sweep.json").write_text(json.dumps(
+        [{"key": c.key(), "config": c.to_dict()} for c in configs], indent=1))
+
+    finished = ledger.finished_keys()
+    states = status(root, configs)
+    todo = []
+    for cfg in configs:
+        key, d = cfg.key(), run_dir(root, cfg)
+        if states[key] == "finished":
+            if key not in finished:  # its summary was written just before a kill
+                ledger.append("finished", key, recovered=True, out=str(d), config=cfg.to_dict())
+                finished.add(key)
+            continue
+        if states[key] == "failed" and not retry_failed:
+            continue
+        todo.append(cfg)
+    result = {"total": len(configs), "skipped": len(configs) - len(todo), "finished": 0, "failed": []}
+    log.info("sweep %s: %d runs, %d already done, %d to run on %d worker(s)", root, len(configs),
+             result["skipped"], len(todo), workers)
+    if not todo:
+        return result
+
+    workers = max(1, min(int(workers), len(todo)))
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    ctx = multiprocessing.get_context("spawn")
+    pending = list(todo)
+    while pending:
+        broken: list[RunConfig] = []
+        events_before = len(ledger.events())
+        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1,
+                                    initializer=_worker_init, initargs=(threads, verbose)) as pool:
+            futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root),
+                                   None if data_dir is None else str(data_dir)): c for c in pending}
+            for fut in cf.as_completed(futures):
+                cfg = futures[fut]
+                key, d = cfg.key(), run_dir(root, cfg)
+                try:
+                    res = fut.result()
+                except cf.process.BrokenProcessPool:
+                    broken.append(cfg)
+                    continue
+                if res["status"] == "finished":
+                    if key not in finished:
+                        ledger.append("finished", key, out=str(d), config=cfg.to_dict(),
+                                      **{k: v for k, v in res.items() if k != "status"})
+                        finished.add(key)
+                    result["finished"] += 1
+                    done = result["finished"] + len(result["failed"])
+                    log.info("[%d/%d] finished %s (%s)%s", done, len(todo), key, describe(cfg),
+                             f" peak acc {res['peak_accuracy']:.4f}" if "peak_accuracy" in res else "")
+                else:
+                    ledger.append("failed", key, out=str(d), config=cfg.to_dict(), error=res["error"],
+                                  traceback=res.get("traceback", ""))
+                    result["failed"].append({"key": key, "run": describe(cfg), "error": res["error"]})
+                    log.error("run %s (%s) failed: %s", key, describe(cfg), res["error"])
+        # A worker that died (killed, out of memory) breaks the pool: the runs that had started
+        # and did not finish are recorded as failed; the others are submitted again.
+        started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
+        if broken and not started:  # the pool breaks before any run starts: do not loop forever
+            started = {c.key() for c in broken}
+        pending = []
+        for cfg in broken:
+            key = cfg.key()
+            if (run_dir(root, cfg) / SUMMARY).exists():
+                if key not in finished:
+                    ledger.append("finished", key, recovered=True, out=str(run_dir(root, cfg)), config=cfg.to_dict())
+                    finished.add(key)
+                result["finished"] += 1
+            elif key in started:
+                err = "worker process died (killed, out of memory, or could not start)"
+                ledger.append("failed", key, out=str(run_dir(root, cfg)), config=cfg.to_dict(), error=err)
+                result["failed"].append({"key": key, "run": describe(cfg), "error": err})
+                log.error("run %s (%s) failed: %s", key, describe(cfg), err)
+            else:
+                pending.append(cfg)
+    return result
+
+
+__all__ = ["Ledger", "SweepSpec", "canonical", "execute", "load_spec", "parse_spec",
+           "run_dir", "run_sweep", "status"]

@@ -1,0 +1,291 @@
+"""The fedgca Flower ClientApp: ``fedgca.flower.client_app:app``.
+
+A Flower client is the simulator's client with C = 1: one ``StackedModels``
+holding one autoencoder, trained by the same functions
+(``fedgca.protocol.gca``, ``fedgca.simulation.baselines._local_training``)
+with the same random draws (``fedgca.seeding``, keyed by the client's global
+id). Its parameters and Adam state persist in ``context.state`` between
+messages and never travel in one.
+
+Message types handled (see :mod:`fedgca.flower.records` for the layout):
+``query.info``, ``query.stats``, ``query.setup``, ``train`` (GCA Phase 1 +
+upload, or a baseline's local training), ``train.align`` (GCA Phase 3),
+``evaluate``.
+
+Test hook (node config ``fault``, read by nothing but this module): makes a
+GCA client misbehave in its ``train`` reply — ``nan-codes``, ``inf-codes``,
+``wrong-shape``, ``extra-rows``, ``float64``, ``extra-array`` (adds a
+parameter tensor), ``crash`` (raises) or ``sleep:<seconds>``. It exists so
+that the server's rejection paths can be tested end to end; never set it in
+a real federation.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedgca import seeding
+from fedgca.evaluation.metrics import evaluate_clients, quantile_thresholds, shard_scores
+from fedgca.flower import data as node_data
+from fedgca.flower import owndata
+from fedgca.flower.records import (
+    ARRAYS, BROADCAST, CODES, CODES_ARRAY, CONFIG, INFO, METRICS, SETUP, STATE_EVALS, STATE_MODEL, STATE_SETUP,
+    STATS, array_record, from_json_record, json_record, model_state, numpy_dict, run_config_from_record,
+    stacked_state_from_record, stacked_state_record,
+)
+from fedgca.protocol import fednova, fedprox, gca
+from fedgca.protocol.clustering import ClusterSummary
+from fedgca.training.loop import ClientShards
+from fedgca.training.stacked import AdamConfig, StackedModels
+
+log = logging.getLogger("fedgca.flower")
+app = ClientApp()
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def gca_config(cfg, kind: str) -> gca.GCAConfig:
+    """The simulator's RunConfig → GCAConfig mapping (taken from GCASimulation, not restated)."""
+    from fedgca.simulation.gca import GCASimulation
+
+    return GCASimulation(SimpleNamespace(cfg=cfg, dataset=SimpleNamespace(kind=kind))).gcfg
+
+
+def _node(msg: Message, context: Context):
+    cfg = run_config_from_record(msg.content[CONFIG])
+    nc = dict(context.node_config)
+    cid = node_data.client_id_of(nc, context.node_id)
+    if node_data.source_of(nc) == "builtin":
+        return cfg, node_data.builtin_data(cfg, nc, cid)
+    if STATE_SETUP not in context.state.config_records:
+        raise RuntimeError("own-data node has no preprocessor yet (the server sends it in query.setup)")
+    from fedgca.data.tabular import TabularPreprocessor
+
+    pre = TabularPreprocessor.from_dict(from_json_record(context.state.config_records[STATE_SETUP]))
+    return cfg, node_data.csv_data(cfg, nc, cid, pre)
+
+
+def _clients(context: Context, cfg, node) -> StackedModels:
+    """This client's model: its initial model (seed, id), or its state from context.state."""
+    from fedgca.simulation.federation import init_model
+
+    model = init_model(cfg.seed, node.input_shape, node.client_id)
+    clients = StackedModels([model], AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma))
+    if STATE_MODEL in context.state.array_records:
+        clients.load_state_dict(stacked_state_from_record(context.state.array_records[STATE_MODEL]))
+    return clients
+
+
+def _save(context: Context, clients: StackedModels) -> None:
+    context.state[STATE_MODEL] = stacked_state_record(clients.state_dict())
+
+
+def _shards(node) -> ClientShards:
+    return ClientShards.from_arrays([node.train])
+
+
+def _metrics(clients: StackedModels, node, cfg) -> dict:
+    """SPEC §5 for this client: threshold on its own training rows, metrics on its test rows."""
+    shards = _shards(node)
+    if node.test_x is not None and node.test_y is not None and len(np.unique(node.test_y)) == 2:
+        res = evaluate_clients(clients, shards, torch.as_tensor(node.test_x, dtype=torch.float32), node.test_y,
+                               cfg.quantile)
+        out = {m: float(res["per_client"][m][0]) for m in ("accuracy", "auroc", "auprc")}
+        out.update(train_error=float(res["train_error"]), threshold=float(res["thresholds"][0]))
+    else:  # no labelled test rows on this node: detector threshold and training error only
+        train = shard_scores(clients, shards)
+        out = {"accuracy": float("nan"), "auroc": float("nan"), "auprc": float("nan"),
+               "train_error": float(train[0].mean()), "threshold": float(quantile_thresholds(train, cfg.quantile)[0])}
+    out["val_error"] = float("nan")
+    if node.val is not None:
+        out["val_error"] = float(shard_scores(clients, ClientShards.from_arrays([node.val]))[0].mean())
+    return out
+
+
+def _reply(msg: Message, **records) -> Message:
+    return Message(RecordDict(records), reply_to=msg)
+
+
+def _round(msg: Message) -> int:
+    return int(msg.content[CONFIG]["round"])
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+@app.query("info")
+def info(msg: Message, context: Context) -> Message:
+    """Who this client is: its global id, N_i, input shape (what the server checks replies against)."""
+    nc = dict(context.node_config)
+    source = node_data.source_of(nc)
+    cid = node_data.client_id_of(nc, context.node_id)
+    values = {"client-id": cid, "source": source}
+    if source == "csv" and STATE_SETUP not in context.state.config_records:
+        schema, _ = node_data.csv_encoded_training_rows(run_config_from_record(msg.content[CONFIG]), nc, cid)
+        values.update({"schema-digest": schema.digest(), "ready": False})
+    else:
+        cfg, node = _node(msg, context)
+        values.update({"num-examples": int(len(node.train)), "input-shape": [int(s) for s in node.input_shape],
+                       "num-partitions": int(node.num_partitions), "schema-digest": node.schema_digest,
+                       "has-test-set": node.test_x is not None, "ready": True})
+    return _reply(msg, **{INFO: ConfigRecord(values)})
+
+
+@app.query("stats")
+def stats(msg: Message, context: Context) -> Message:
+    """Own data: n_i, means and centred scatter of the encoded training rows (nothing per record)."""
+    nc = dict(context.node_config)
+    cfg = run_config_from_record(msg.content[CONFIG])
+    _, X = node_data.csv_encoded_training_rows(cfg, nc, node_data.client_id_of(nc, context.node_id))
+    min_rows = int(nc.get("stats-min-rows", owndata.DEFAULT_STATS_MIN_ROWS))
+    if len(X) < min_rows:
+        raise RuntimeError(f"refusing to share statistics of {len(X)} rows (stats-min-rows = {min_rows})")
+    return _reply(msg, **{STATS: array_record(owndata.local_stats(X))})
+
+
+@app.query("setup")
+def setup(msg: Message, context: Context) -> Message:
+    """Own data: store the federatedly fitted preprocessor, then answer as query.info does."""
+    context.state[STATE_SETUP] = ConfigRecord(dict(msg.content[SETUP]))
+    return info(msg, context)
+
+
+# ---------------------------------------------------------------------------- training
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    cfg, node = _node(msg, context)
+    if cfg.method == "gca":
+        return _gca_train(msg, context, cfg, node)
+    return _local_train(msg, context, cfg, node)
+
+
+def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
+    """GCA Phase 1 (T_recon epochs) and the upload of ⌊ρ·N_i⌋ fresh codes — the reply holds nothing else."""
+    r, gcfg, ids = _round(msg), gca_config(cfg, node.kind), [node.client_id]
+    eval_epochs = bool(msg.content[CONFIG].get("eval-recon-epochs", True))
+    clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
+    recon = []
+    for e in range(gcfg.recon_epochs):
+        gca.reconstruction_epoch(clients, shards, seeding.client_rngs(cfg.seed, "recon", (r, e), ids), gcfg, part)
+        if eval_epochs:
+            recon.append(_metrics(clients, node, cfg))
+    codes = gca.encode_uploads(clients, shards, seeding.client_rngs(cfg.seed, "upload", (r,), ids), gcfg.rho, part)[0]
+    _save(context, clients)
+    context.state[STATE_EVALS] = json_record({"round": r, "recon": recon, "align": []})
+    return _reply(msg, **{CODES: _fault(codes, context)})
+
+
+@app.train("align")
+def align(msg: Message, context: Context) -> Message:
+    """GCA Phase 3: T_align epochs on the encoder towards the broadcast centroids; replies with nothing."""
+    cfg, node = _node(msg, context)
+    r, gcfg, ids = _round(msg), gca_config(cfg, node.kind), [node.client_id]
+    payload = numpy_dict(msg.content[BROADCAST])
+    centroids, counts = payload["centroids"], payload["counts"]
+    if (centroids.ndim != 2 or counts.shape != (len(centroids),) or not np.isfinite(centroids).all()
+            or not np.isfinite(counts).all() or len(centroids) == 0):
+        raise ValueError(f"malformed broadcast: centroids {centroids.shape}, counts {counts.shape}")
+    summary = ClusterSummary(centroids, counts)
+    clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
+    if centroids.shape[1] != clients.base.latent_dim:
+        raise ValueError(f"broadcast centroids have width {centroids.shape[1]}, latent dim is {clients.base.latent_dim}")
+    evals = _pending(context, r)
+    for e in range(gcfg.align_epochs):
+        gca.alignment_epoch(clients, shards, seeding.client_rngs(cfg.seed, "align", (r, e), ids), gcfg, summary, part)
+        if cfg.eval_align_epochs:
+            evals["align"].append(_metrics(clients, node, cfg))
+    _save(context, clients)
+    context.state[STATE_EVALS] = json_record(evals)
+    return _reply(msg)
+
+
+def _local_train(msg: Message, context: Context, cfg, node) -> Message:
+    """A parameter-sharing baseline's client: start from the global model, train, send the model back."""
+    from fedgca.simulation.baselines import _local_training
+
+    if cfg.method not in ("fedavg", "fedprox", "fednova", "dpfedavg"):
+        raise ValueError(f"method {cfg.method!r} has no Flower client")
+    r = _round(msg)
+    global_params = model_state(numpy_dict(msg.content[ARRAYS]))
+    clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
+    clients.set_all(global_params)  # download θ^(r); Adam state is the client's own, kept across rounds
+    extra = None
+    if cfg.method == "fedprox" and cfg.fedprox_coef:
+        extra = lambda: cfg.fedprox_coef * fedprox.proximal_term(clients.params, global_params)  # noqa: E731
+    _local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra)
+    _save(context, clients)
+    n = int(len(node.train))
+    tau = float(fednova.local_steps([n], cfg.local_epochs, cfg.batch_size)[0])
+    return _reply(msg, **{ARRAYS: array_record(clients.client_state_dict(0)),
+                          METRICS: MetricRecord({"num-examples": n, "local-steps": tau})})
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+def _pending(context: Context, r: int) -> dict:
+    if STATE_EVALS in context.state.config_records:
+        evals = from_json_record(context.state.config_records[STATE_EVALS])
+        if evals.get("round") == r:
+            return evals
+    return {"round": r, "recon": [], "align": []}
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """Metrics of this client's deployed model (GCA: its own; baselines: the global model in the message)."""
+    cfg, node = _node(msg, context)
+    r = _round(msg)
+    if cfg.method == "gca":
+        clients = _clients(context, cfg, node)
+    else:
+        from fedgca.simulation.federation import init_model
+
+        clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
+        clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
+    values = {"client-id": node.client_id, "num-examples": int(len(node.train))}
+    values.update({k.replace("_", "-"): v for k, v in _metrics(clients, node, cfg).items()})
+    evals = _pending(context, r) if cfg.method == "gca" else {"recon": [], "align": []}
+    for phase in ("recon", "align"):
+        for m in ("accuracy", "auroc", "auprc", "train_error", "val_error"):
+            values[f"{phase}-{m.replace('_', '-')}"] = [float(e[m]) for e in evals[phase]]
+    return _reply(msg, **{METRICS: MetricRecord(values)})
+
+
+# ---------------------------------------------------------------------------- test hook
+
+
+def _fault(codes: np.ndarray, context: Context):
+    """The GCA train reply: one ArrayRecord with one array — unless the ``fault`` test hook says otherwise."""
+    fault = str(context.node_config.get("fault", ""))
+    if fault:
+        log.warning("fault injection %r active on this node (test hook)", fault)
+    if fault == "crash":
+        raise RuntimeError("fault injection: crash")
+    if fault.startswith("sleep:"):
+        time.sleep(float(fault.split(":", 1)[1]))
+    arrays = {CODES_ARRAY: codes}
+    if fault == "nan-codes":
+        arrays[CODES_ARRAY] = codes.copy()
+        arrays[CODES_ARRAY][0, 0] = np.nan
+    elif fault == "inf-codes":
+        arrays[CODES_ARRAY] = codes.copy()
+        arrays[CODES_ARRAY][-1, -1] = np.inf
+    elif fault == "wrong-shape":
+        arrays[CODES_ARRAY] = codes[:, :-1].copy()
+    elif fault == "extra-rows":
+        arrays[CODES_ARRAY] = np.concatenate([codes, codes[:1]])
+    elif fault == "float64":
+        arrays[CODES_ARRAY] = codes.astype(np.float64)
+    elif fault == "extra-array":
+        arrays["decoder.0.weight"] = np.zeros((64, 16), dtype=np.float32)
+    return array_record(arrays)

@@ -1,0 +1,151 @@
+"""What a Flower node trains and evaluates on, from its node config.
+
+Two sources:
+
+* built-in datasets: ``partition-id`` and ``num-partitions`` (and optionally
+  ``data-dir``; default ``$FEDGCA_DATA_DIR`` or the user cache). The node
+  loads the dataset and takes partition ``partition-id`` of exactly the
+  partition the simulator uses (``fedgca.simulation.federation``), so client
+  i of a Flower run and client i of a simulator run hold the same rows.
+* a practitioner's own CSV: ``data-path`` and ``schema-path`` (see
+  :mod:`fedgca.flower.owndata`).
+
+``client-id`` (optional) overrides the client's global id, which keys every
+random draw (``fedgca.seeding``); it defaults to ``partition-id``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from threading import Lock
+
+import numpy as np
+
+from fedgca.config import RunConfig
+from fedgca.flower.owndata import Schema, encode, eval_split, read_rows
+
+_CACHE: dict = {}
+_LOCK = Lock()
+
+
+@dataclass
+class NodeData:
+    client_id: int
+    source: str  # "builtin" | "csv"
+    train: np.ndarray  # float32 model inputs [N_i, *shape]
+    val: np.ndarray | None = None
+    test_x: np.ndarray | None = None
+    test_y: np.ndarray | None = None
+    kind: str = "tabular"
+    num_partitions: int = 0
+    schema_digest: str = ""
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train.shape[1:])
+
+
+class NodeConfigError(ValueError):
+    pass
+
+
+def source_of(node_config: dict) -> str:
+    if node_config.get("data-path"):
+        return "csv"
+    if "partition-id" in node_config:
+        return "builtin"
+    raise NodeConfigError("node config needs either 'partition-id' and 'num-partitions' (built-in dataset) "
+                          "or 'data-path' and 'schema-path' (own CSV)")
+
+
+def client_id_of(node_config: dict, node_id: int) -> int:
+    if "client-id" in node_config:
+        return int(node_config["client-id"])
+    if "partition-id" in node_config:
+        return int(node_config["partition-id"])
+    return int(node_id) % (2**31)
+
+
+def _cached(key, build):
+    with _LOCK:
+        if key not in _CACHE:
+            if len(_CACHE) > 8:
+                _CACHE.clear()
+            _CACHE[key] = build()
+        return _CACHE[key]
+
+
+def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
+    """Partition ``partition-id`` of ``num-partitions`` of a built-in dataset, as the simulator splits it."""
+    from fedgca.data import load_dataset
+    from fedgca.simulation.federation import partition_rows, split_validation
+
+    pid, n_parts = int(node_config["partition-id"]), int(node_config.get("num-partitions", 0))
+    if n_parts != cfg.clients:
+        raise NodeConfigError(f"node has num-partitions={n_parts} but the run has clients={cfg.clients}; "
+                              "a node's partition must be the simulator's (same C, dataset and seed)")
+    if not 0 <= pid < n_parts:
+        raise NodeConfigError(f"partition-id {pid} is not in [0, {n_parts})")
+    data_dir = node_config.get("data-dir") or None
+    key = ("builtin", cfg.dataset, data_dir, cfg.seed, cfg.partition, cfg.clients, cfg.alpha, cfg.batch_size,
+           cfg.val_fraction)
+
+    def build():
+        ds = load_dataset(cfg.dataset, data_dir, seed=cfg.seed)
+        parts, val = split_validation(partition_rows(cfg, ds.train), cfg.val_fraction, cfg.seed)
+        return ds, parts, val
+
+    ds, parts, val = _cached(key, build)
+    return NodeData(
+        client_id=client_id, source="builtin", train=ds.train[parts[pid]],
+        val=ds.train[val[pid]] if len(val[pid]) else None, test_x=ds.test_x, test_y=ds.test_y,
+        kind=ds.kind, num_partitions=n_parts,
+    )
+
+
+def csv_frame(node_config: dict):
+    """(schema, features frame, labels or None) of an own-data node, cached per file."""
+    path, schema_path = node_config.get("data-path"), node_config.get("schema-path")
+    if not schema_path:
+        raise NodeConfigError("an own-data node needs 'schema-path' (the shared schema file) besides 'data-path'")
+    key = ("csv", str(path), str(schema_path))
+
+    def build():
+        schema = Schema.load(schema_path)
+        X, y = read_rows(path, schema)
+        return schema, X, y
+
+    return _cached(key, build)
+
+
+def csv_split(cfg: RunConfig, node_config: dict, client_id: int):
+    """(schema, training frame, eval frame or None, eval labels or None)."""
+    schema, X, y = csv_frame(node_config)
+    if y is None:
+        return schema, X, None, None
+    tr, ev = eval_split(len(X), schema.eval_fraction, cfg.seed, client_id)
+    return schema, X.iloc[tr].reset_index(drop=True), X.iloc[ev].reset_index(drop=True), y[ev]
+
+
+def csv_encoded_training_rows(cfg: RunConfig, node_config: dict, client_id: int) -> tuple[Schema, np.ndarray]:
+    schema, train, _, _ = csv_split(cfg, node_config, client_id)
+    return schema, encode(train, schema)
+
+
+def csv_data(cfg: RunConfig, node_config: dict, client_id: int, preprocessor) -> NodeData:
+    """Own rows through the federatedly fitted preprocessor (validation split as the simulator's)."""
+    from fedgca.simulation.federation import split_validation
+
+    schema, train, ev, ev_y = csv_split(cfg, node_config, client_id)
+    x = preprocessor.transform(train)
+    # the simulator's validation rule, applied to this node's rows (its "partition" is the whole file)
+    (rows,), (val,) = split_validation([np.arange(len(x))], cfg.val_fraction, cfg.seed)
+    return NodeData(
+        client_id=client_id, source="csv", train=x[rows], val=x[val] if len(val) else None,
+        test_x=preprocessor.transform(ev) if ev is not None else None, test_y=ev_y,
+        kind="tabular", schema_digest=schema.digest(),
+    )
+
+
+def run_config_for_node(cfg: RunConfig, **changes) -> RunConfig:
+    return dataclasses.replace(cfg, **changes)

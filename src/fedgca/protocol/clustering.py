@@ -1,0 +1,607 @@
+"""Server-side clustering backends for GCA Phase 2 (SPEC §1 "Clustering backends").
+
+The server pools the uploaded latent codes Z and fits a K-component model;
+what it broadcasts is a :class:`ClusterSummary` — the centroids and support
+counts of the *non-empty* components only (SPEC §1, Phase 2).
+
+Backends follow the scikit-learn estimator shape: hyperparameters are stored in
+``__init__``, ``fit(Z)`` returns ``self``, learned attributes end in ``_`` and
+all randomness comes from one ``random_state``. Each exposes ``centroids_``
+(all K components), ``counts_`` (all K, may contain zeros) and ``summary()``.
+
+- :class:`GMMBackend` — Gaussian mixture, means initialised by k-means++,
+  N_k = Σ_n γ_nk (soft counts). ``engine="sklearn"`` wraps
+  :class:`sklearn.mixture.GaussianMixture`; ``engine="torch"`` is a batched
+  diagonal-covariance EM that runs every initialisation at once (the vision
+  preset has 100 of them) and reproduces scikit-learn's algorithm step for
+  step — same k-means++ seeding (and random stream), same M-step, same
+  convergence rule, best lower bound kept.
+- :class:`KMeansBackend`, :class:`MiniBatchKMeansBackend` — scikit-learn,
+  counts = cluster sizes.
+- :class:`SoftKMeansBackend` — our own (scikit-learn has none).
+
+:func:`cluster_codes` is the one function the server calls; it validates the
+input, caps K at the number of distinct codes and never lets a collapsed EM
+crash a round (SPEC §1: "fit what is fittable").
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans, MiniBatchKMeans
+from sklearn.mixture import GaussianMixture
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import InvalidParameterError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ClusterSummary",
+    "GMMBackend",
+    "KMeansBackend",
+    "MiniBatchKMeansBackend",
+    "SoftKMeansBackend",
+    "BACKENDS",
+    "PRESETS",
+    "make_backend",
+    "cluster_codes",
+]
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """What the server broadcasts (SPEC §1 Phase 2): non-empty components only.
+
+    centroids: float32 [K', dz]; counts: float64 [K'], every entry > 0.
+    """
+
+    centroids: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def k(self) -> int:
+        """Number of broadcast components K'."""
+        return int(len(self.counts))
+
+
+def _summarise(centroids: np.ndarray, counts: np.ndarray, min_count: float = 0.0) -> ClusterSummary:
+    """Keep components with N_k > min_count (SPEC §1: broadcast only non-empty ones)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    keep = counts > min_count
+    return ClusterSummary(
+        centroids=np.ascontiguousarray(np.asarray(centroids)[keep], dtype=np.float32),
+        counts=np.ascontiguousarray(counts[keep]),
+    )
+
+
+class _Backend:
+    """Shared ``summary()`` for every backend (needs ``centroids_`` and ``counts_``)."""
+
+    def summary(self, min_count: float = 0.0) -> ClusterSummary:
+        """Centroids and counts of the components with N_k > ``min_count`` (default: non-empty)."""
+        if not hasattr(self, "counts_"):
+            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(Z) first")
+        return _summarise(self.centroids_, self.counts_, min_count)
+
+
+def _as_float64(Z) -> np.ndarray:
+    return np.ascontiguousarray(Z, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------
+# Hard clustering (scikit-learn)
+# ---------------------------------------------------------------------------
+class KMeansBackend(_Backend):
+    """K-means with ``n_init`` initialisations (SPEC §1: 10); counts = cluster sizes."""
+
+    def __init__(self, n_clusters: int, n_init: int = 10, max_iter: int = 300, random_state=None):
+        self.n_clusters = n_clusters
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def fit(self, Z) -> "KMeansBackend":
+        Z = _as_float64(Z)
+        self.model_ = KMeans(
+            n_clusters=self.n_clusters, n_init=self.n_init, max_iter=self.max_iter,
+            random_state=self.random_state,
+        ).fit(Z)
+        self.centroids_ = self.model_.cluster_centers_
+        self.labels_ = self.model_.predict(Z)
+        self.counts_ = np.bincount(self.labels_, minlength=self.n_clusters).astype(np.float64)
+        return self
+
+
+class MiniBatchKMeansBackend(_Backend):
+    """Mini-batch K-means (SPEC §1: batch 4096, 10 initialisations); counts = sizes of predict(Z)."""
+
+    def __init__(
+        self, n_clusters: int, batch_size: int = 4096, n_init: int = 10, max_iter: int = 100,
+        random_state=None,
+    ):
+        self.n_clusters = n_clusters
+        self.batch_size = batch_size
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def fit(self, Z) -> "MiniBatchKMeansBackend":
+        Z = _as_float64(Z)
+        self.model_ = MiniBatchKMeans(
+            n_clusters=self.n_clusters, batch_size=self.batch_size, n_init=self.n_init,
+            max_iter=self.max_iter, random_state=self.random_state,
+        ).fit(Z)
+        self.centroids_ = self.model_.cluster_centers_
+        self.labels_ = self.model_.predict(Z)
+        self.counts_ = np.bincount(self.labels_, minlength=self.n_clusters).astype(np.float64)
+        return self
+
+
+# ---------------------------------------------------------------------------
+# Soft K-means (our own: scikit-learn has none)
+# ---------------------------------------------------------------------------
+def _sq_dists(Z: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """||z_n − μ_k||² for all n, k, clipped at 0 against round-off. [n, K]."""
+    d = (Z * Z).sum(1)[:, None] - 2.0 * Z @ centroids.T + (centroids * centroids).sum(1)[None, :]
+    return np.maximum(d, 0.0)
+
+
+def soft_responsibilities(Z: np.ndarray, centroids: np.ndarray, temperature: float) -> np.ndarray:
+    """r_nk = softmax_k(−||z_n − μ_k||² / T), computed stably (row max subtracted). [n, K]."""
+    logits = -_sq_dists(Z, centroids) / temperature
+    logits -= logits.max(axis=1, keepdims=True)
+    r = np.exp(logits)
+    return r / r.sum(axis=1, keepdims=True)
+
+
+class SoftKMeansBackend(_Backend):
+    """Soft K-means (SPEC §1): temperature T, initialised from a K-means fit.
+
+    Iterates r_nk = softmax(−||z_n − μ_k||² / T), N_k = Σ_n r_nk,
+    μ_k = Σ_n r_nk z_n / N_k. Convergence: stop when the largest Euclidean
+    centroid shift max_k ||μ_k^new − μ_k^old||₂ is below ``tol`` (absolute, in
+    code units), or after ``max_iter`` updates. A component whose N_k
+    underflows to 0 keeps its previous centroid and is reported with count 0.
+
+    After ``fit``: ``responsibilities_`` are the r used in the last update, so
+    ``counts_ == responsibilities_.sum(0)`` (summing to n) and
+    ``centroids_ == responsibilities_.T @ Z / counts_`` hold exactly.
+    """
+
+    def __init__(
+        self, n_clusters: int, temperature: float = 1.0, max_iter: int = 200, tol: float = 1e-3,
+        n_init: int = 10, random_state=None,
+    ):
+        self.n_clusters = n_clusters
+        self.temperature = temperature
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_init = n_init
+        self.random_state = random_state
+
+    def fit(self, Z) -> "SoftKMeansBackend":
+        Z = _as_float64(Z)
+        init = KMeans(n_clusters=self.n_clusters, n_init=self.n_init, random_state=self.random_state).fit(Z)
+        mu = init.cluster_centers_.astype(np.float64)
+        self.converged_ = False
+        for self.n_iter_ in range(1, max(int(self.max_iter), 1) + 1):  # at least one update
+            r, nk, new_mu = self._update(Z, mu)
+            shift = float(np.sqrt(((new_mu - mu) ** 2).sum(1)).max())
+            mu = new_mu
+            if shift < self.tol:
+                self.converged_ = True
+                break
+        self.centroids_, self.counts_, self.responsibilities_ = mu, nk, r
+        return self
+
+    def _update(self, Z: np.ndarray, mu: np.ndarray):
+        """One soft K-means step: (r, N_k, new μ) from the current μ."""
+        r = soft_responsibilities(Z, mu, self.temperature)
+        nk = r.sum(0)
+        new_mu = mu.copy()
+        nonempty = nk > 0
+        new_mu[nonempty] = (r.T @ Z)[nonempty] / nk[nonempty, None]
+        return r, nk, new_mu
+
+
+# ---------------------------------------------------------------------------
+# Gaussian mixture: batched diagonal EM in torch (scikit-learn's algorithm)
+# ---------------------------------------------------------------------------
+_EPS10 = 10 * np.finfo(np.float64).eps  # sklearn adds 10·eps to every N_k
+
+
+def _draw_kmeanspp_randomness(n: int, k: int, n_init: int, n_local_trials: int, rs) -> tuple:
+    """Pre-draw, init by init, exactly the numbers sklearn's ``kmeans_plusplus`` draws.
+
+    Per init: the first centre (``choice`` with uniform p), then k−1 rounds of
+    ``uniform(size=n_local_trials)``. The draws do not depend on the data, so
+    drawing them up front keeps sklearn's random stream (a GaussianMixture with
+    the same ``random_state`` seeds identically).
+    """
+    w = np.ones(n, dtype=np.float64)
+    first = np.empty(n_init, dtype=np.int64)
+    uniforms = np.empty((n_init, max(k - 1, 0), n_local_trials), dtype=np.float64)
+    for i in range(n_init):
+        first[i] = rs.choice(n, p=w / w.sum())
+        uniforms[i] = rs.uniform(size=(max(k - 1, 0), n_local_trials))
+    return first, uniforms
+
+
+class _Distances:
+    """Squared distances from chosen rows of X to all of X (via the Gram matrix when n is small)."""
+
+    def __init__(self, X: torch.Tensor, gram_max_bytes: int = 256 * 2**20):
+        self.X = X
+        self.sqn = (X * X).sum(1)
+        n = X.shape[0]
+        self.gram = X @ X.T if n * n * X.element_size() <= gram_max_bytes else None
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows: long [...] → [..., n] squared distances, clipped at 0."""
+        dots = self.gram[rows] if self.gram is not None else self.X[rows] @ self.X.T
+        return (self.sqn[rows].unsqueeze(-1) + self.sqn - 2.0 * dots).clamp_min_(0.0)
+
+
+def batched_kmeanspp(X: torch.Tensor, k: int, n_init: int, rs, n_local_trials: int | None = None) -> torch.Tensor:
+    """Greedy k-means++ seeding (sklearn's scheme) for ``n_init`` inits at once → indices long [I, k].
+
+    Same algorithm as ``sklearn.cluster.kmeans_plusplus``: first centre uniform;
+    each next centre is the best (lowest potential) of 2 + ⌊ln k⌋ candidates
+    drawn ∝ D². Uses ``rs`` (a ``RandomState``) exactly as sklearn does.
+    """
+    n = X.shape[0]
+    trials = n_local_trials or 2 + int(np.log(k))
+    first, uniforms = _draw_kmeanspp_randomness(n, k, n_init, trials, rs)
+    dist = _Distances(X)
+    idx = torch.empty((n_init, k), dtype=torch.long, device=X.device)
+    idx[:, 0] = torch.as_tensor(first, device=X.device)
+    closest = dist(idx[:, 0])  # [I, n]
+    pot = closest.sum(1)
+    u = torch.as_tensor(uniforms, device=X.device, dtype=X.dtype)
+    rows = torch.arange(n_init, device=X.device)
+    for c in range(1, k):
+        cand = torch.searchsorted(closest.cumsum(1), u[:, c - 1] * pot[:, None]).clamp_(max=n - 1)
+        cand_d = torch.minimum(closest.unsqueeze(1), dist(cand))  # [I, L, n]
+        best = cand_d.sum(2).argmin(1)
+        closest, idx[:, c] = cand_d[rows, best], cand[rows, best]
+        pot = closest.sum(1)
+    return idx
+
+
+@dataclass
+class _DiagState:
+    """Parameters of a batch of diagonal GMMs: weights [I,K], means and covariances [I,K,d]."""
+
+    weights: torch.Tensor
+    means: torch.Tensor
+    covs: torch.Tensor
+
+    def take(self, sel: torch.Tensor) -> "_DiagState":
+        return _DiagState(self.weights[sel], self.means[sel], self.covs[sel])
+
+    def put(self, sel: torch.Tensor, other: "_DiagState") -> None:
+        self.weights[sel], self.means[sel], self.covs[sel] = other.weights, other.means, other.covs
+
+
+def _initial_state(X, idx, reg_covar, means_init=None) -> _DiagState:
+    """sklearn's ``_initialize`` from one-hot k-means++ responsibilities (weights = N_k / n, unnormalised)."""
+    nk = 1.0 + _EPS10
+    means = X[idx] / nk
+    covs = (X * X)[idx] / nk - means**2 + reg_covar
+    weights = torch.full(idx.shape, nk / X.shape[0], dtype=X.dtype, device=X.device)
+    if means_init is not None:
+        means = torch.as_tensor(means_init, dtype=X.dtype, device=X.device).expand_as(means).clone()
+    return _DiagState(weights, means, covs)
+
+
+def _log_density_params(s: _DiagState):
+    """B [I·K, 2d] and bias [I·K] with A @ Bᵀ + bias = log w_k + log N(x | μ_k, diag σ_k²), A = [X², X].
+
+    The diag log-density is sklearn's expansion −½(d·log 2π + Σ μ²p − 2 x·(μp) + x²·p) + Σ log p^½,
+    p = 1/σ², folded into one GEMM with a bias so that the [n, I, K] tensor is built in one pass.
+    """
+    I, K, d = s.means.shape
+    prec_chol = 1.0 / torch.sqrt(s.covs)
+    prec = prec_chol**2
+    B = torch.cat([-0.5 * prec, s.means * prec], dim=-1).reshape(I * K, 2 * d)
+    bias = (
+        -0.5 * (d * math.log(2 * math.pi) + (s.means**2 * prec).sum(-1))
+        + torch.log(prec_chol).sum(-1)
+        + torch.log(s.weights)
+    )
+    return B, bias.reshape(I * K)
+
+
+def _e_step(A: torch.Tensor, s: _DiagState):
+    """Mean log-likelihood per init [I] (sklearn's lower bound) and log responsibilities [n, I, K]."""
+    I, K, _ = s.means.shape
+    B, bias = _log_density_params(s)
+    wlp = torch.addmm(bias, A, B.T).view(-1, I, K)
+    log_norm = torch.logsumexp(wlp, dim=-1)  # [n, I]
+    return log_norm.mean(0), wlp.sub_(log_norm.unsqueeze(-1))
+
+
+def _m_step(A: torch.Tensor, log_resp: torch.Tensor, reg_covar: float) -> _DiagState:
+    """sklearn's ``_estimate_gaussian_parameters`` for diag covariances, batched over inits.
+
+    Consumes ``log_resp`` (exponentiated in place).
+    """
+    n, I, K = log_resp.shape
+    d = A.shape[1] // 2
+    resp = log_resp.exp_()
+    nk = resp.sum(0) + _EPS10  # [I, K]
+    sums = (resp.reshape(n, I * K).T @ A).div_(nk.reshape(I * K, 1)).view(I, K, 2 * d)
+    means = sums[..., d:].contiguous()
+    covs = sums[..., :d] - means**2 + reg_covar
+    return _DiagState(nk / nk.sum(-1, keepdim=True), means, covs)
+
+
+def _em_chunk(A, s: _DiagState, reg_covar, max_iter, tol):
+    """Run EM on a batch of inits, each until |Δ lower bound| < tol or max_iter (sklearn's rule).
+
+    Returns (final state, lower bound [I], n_iter [I], converged [I], failed [I]);
+    an init whose covariances become non-positive or non-finite is marked failed
+    (sklearn would raise for the whole fit; here the other inits carry on).
+    """
+    I = s.means.shape[0]
+    dev = s.means.device
+    lb = torch.full((I,), -math.inf, dtype=A.dtype, device=dev)
+    n_iter = torch.zeros(I, dtype=torch.long, device=dev)
+    converged = torch.zeros(I, dtype=torch.bool, device=dev)
+    failed = ~torch.isfinite(s.covs).all(-1).all(-1) | (s.covs <= 0).any(-1).any(-1)
+    active = ~failed
+    for _ in range(max_iter):
+        sel = active.nonzero().squeeze(1)
+        if sel.numel() == 0:
+            break
+        new_lb, log_resp = _e_step(A, s.take(sel))
+        new_s = _m_step(A, log_resp, reg_covar)
+        bad = ~torch.isfinite(new_lb) | (new_s.covs <= 0).any(-1).any(-1) | ~torch.isfinite(new_s.covs).all(-1).all(-1)
+        done = (new_lb - lb[sel]).abs() < tol
+        s.put(sel, new_s)
+        lb[sel], n_iter[sel] = new_lb, n_iter[sel] + 1
+        converged[sel] = done & ~bad
+        failed[sel] = bad
+        active[sel] = ~(done | bad)
+    return s, lb, n_iter, converged, failed
+
+
+def _chunk_size(n: int, k: int, d: int, n_init: int, max_batch_bytes: int) -> int:
+    per_init = 8 * (4 * n * k + 8 * k * d)  # float64 log-probs/resp and parameter/sufficient-stat tensors
+    return int(max(1, min(n_init, max_batch_bytes // per_init)))
+
+
+def fit_diag_gmm_torch(
+    X: np.ndarray, n_components: int, *, reg_covar: float = 1e-6, n_init: int = 1, max_iter: int = 200,
+    tol: float = 1e-3, random_state=None, means_init=None, device=None, max_batch_bytes: int = 2**30,
+) -> dict:
+    """Batched diagonal-covariance EM over all ``n_init`` initialisations (SPEC §1, vision preset).
+
+    Reproduces ``GaussianMixture(covariance_type="diag", init_params="k-means++")``
+    in float64: identical seeding (and use of ``random_state``), M-step and
+    stopping rule; the init with the highest final lower bound wins (first on
+    ties). Inits are processed in chunks bounded by ``max_batch_bytes``.
+    Returns a dict of numpy arrays: weights, means, covariances, lower_bound,
+    n_iter, converged, resp_counts (Σ_n γ_nk under the best model),
+    lower_bounds (per init).
+    """
+    rs = check_random_state(random_state)
+    Xt = torch.as_tensor(np.ascontiguousarray(X, dtype=np.float64), device=device)
+    n, d = Xt.shape
+    idx = batched_kmeanspp(Xt, n_components, n_init, rs)
+    A = torch.cat([Xt * Xt, Xt], dim=1)
+    step = _chunk_size(n, n_components, d, n_init, max_batch_bytes)
+    results = [
+        _em_chunk(A, _initial_state(Xt, idx[a : a + step], reg_covar, means_init), reg_covar, max_iter, tol)
+        for a in range(0, n_init, step)
+    ]
+    return _pick_best(A, results)
+
+
+def _pick_best(A, results) -> dict:
+    states, lbs, iters, convs, fails = zip(*results)
+    lb = torch.cat(lbs)
+    failed = torch.cat(fails)
+    if bool(failed.all()):
+        raise ValueError(
+            "Fitting the mixture model failed because every initialisation has ill-defined "
+            "covariances; increase reg_covar or decrease the number of components."
+        )
+    best = int(torch.where(failed, torch.full_like(lb, -math.inf), lb).argmax())
+    state = _DiagState(*(torch.cat([getattr(s, f) for s in states]) for f in ("weights", "means", "covs")))
+    best_state = state.take(torch.tensor([best], device=lb.device))
+    _, log_resp = _e_step(A, best_state)
+    return {
+        "weights": best_state.weights[0].cpu().numpy(),
+        "means": best_state.means[0].cpu().numpy(),
+        "covariances": best_state.covs[0].cpu().numpy(),
+        "lower_bound": float(lb[best]),
+        "n_iter": int(torch.cat(iters)[best]),
+        "converged": bool(torch.cat(convs)[best]),
+        "resp_counts": torch.exp(log_resp[:, 0]).sum(0).cpu().numpy(),
+        "lower_bounds": lb.cpu().numpy(),
+    }
+
+
+class GMMBackend(_Backend):
+    """Gaussian mixture with k-means++-initialised means (SPEC §1, primary backend).
+
+    ``centroids_`` = means; ``counts_`` = soft counts N_k = Σ_n γ_nk of the
+    fitted model on Z (they sum to n). Presets (see :data:`PRESETS`): tabular
+    full / reg_covar 1e-6 / 1 init; vision diag / 0.1 / 100 inits. EM: at most
+    ``max_iter`` iterations, stop when the change in the mean log-likelihood
+    lower bound is below ``tol``; best lower bound over inits kept.
+
+    ``engine``: "sklearn" (any covariance type), "torch" (diag only; every
+    init in one batched computation, optionally on ``device``) or "auto"
+    (torch for diag with n_init > 1, else sklearn). Both engines use
+    ``random_state`` identically, so they seed the same initialisations.
+    """
+
+    def __init__(
+        self, n_components: int, covariance_type: str = "full", reg_covar: float = 1e-6, n_init: int = 1,
+        max_iter: int = 200, tol: float = 1e-3, random_state=None, engine: str = "auto",
+        means_init=None, device=None, max_batch_bytes: int = 2**30,
+    ):
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.reg_covar = reg_covar
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.engine = engine
+        self.means_init = means_init
+        self.device = device
+        self.max_batch_bytes = max_batch_bytes
+
+    def _resolve_engine(self) -> str:
+        if self.engine == "auto":
+            return "torch" if self.covariance_type == "diag" and self.n_init > 1 else "sklearn"
+        if self.engine not in ("sklearn", "torch"):
+            raise ValueError(f"unknown GMM engine {self.engine!r}; choose auto, sklearn or torch")
+        if self.engine == "torch" and self.covariance_type != "diag":
+            raise ValueError("the torch GMM engine supports covariance_type='diag' only")
+        return self.engine
+
+    def fit(self, Z) -> "GMMBackend":
+        Z = _as_float64(Z)
+        self.engine_ = self._resolve_engine()
+        (self._fit_torch if self.engine_ == "torch" else self._fit_sklearn)(Z)
+        self.centroids_ = self.means_
+        return self
+
+    def _fit_sklearn(self, Z: np.ndarray) -> None:
+        gm = GaussianMixture(
+            n_components=self.n_components, covariance_type=self.covariance_type, reg_covar=self.reg_covar,
+            n_init=self.n_init, max_iter=self.max_iter, tol=self.tol, random_state=self.random_state,
+            init_params="k-means++", means_init=self.means_init,
+        ).fit(Z)
+        self.model_ = gm
+        self.weights_, self.means_, self.covariances_ = gm.weights_, gm.means_, gm.covariances_
+        self.lower_bound_, self.n_iter_, self.converged_ = float(gm.lower_bound_), gm.n_iter_, gm.converged_
+        self.counts_ = gm.predict_proba(Z).sum(0)
+
+    def _fit_torch(self, Z: np.ndarray) -> None:
+        if Z.shape[0] < self.n_components:
+            raise ValueError(f"Expected n_samples >= n_components, got {Z.shape[0]} < {self.n_components}")
+        out = fit_diag_gmm_torch(
+            Z, self.n_components, reg_covar=self.reg_covar, n_init=self.n_init, max_iter=self.max_iter,
+            tol=self.tol, random_state=self.random_state, means_init=self.means_init, device=self.device,
+            max_batch_bytes=self.max_batch_bytes,
+        )
+        self.weights_, self.means_, self.covariances_ = out["weights"], out["means"], out["covariances"]
+        self.lower_bound_, self.n_iter_, self.converged_ = out["lower_bound"], out["n_iter"], out["converged"]
+        self.lower_bounds_per_init_ = out["lower_bounds"]
+        self.counts_ = out["resp_counts"]
+
+
+# ---------------------------------------------------------------------------
+# Factory and the server's entry point
+# ---------------------------------------------------------------------------
+PRESETS: dict[str, dict] = {
+    "tabular": {"covariance_type": "full", "reg_covar": 1e-6, "n_init": 1},
+    "vision": {"covariance_type": "diag", "reg_covar": 0.1, "n_init": 100},
+}
+"""GMM presets of SPEC §1 (shared by both: max_iter 200, tol 1e-3); every value overridable."""
+
+BACKENDS = {
+    "gmm": (GMMBackend, "n_components"),
+    "kmeans": (KMeansBackend, "n_clusters"),
+    "softkmeans": (SoftKMeansBackend, "n_clusters"),
+    "minibatch": (MiniBatchKMeansBackend, "n_clusters"),
+}
+
+
+def make_backend(name: str, k: int, *, seed: int, preset: str = "tabular", **overrides):
+    """An unfitted backend with SPEC §1 defaults; ``overrides`` replace any hyperparameter.
+
+    ``preset`` ("tabular" or "vision") selects the GMM defaults (other
+    backends have one preset). ``seed`` becomes ``random_state``.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown clustering backend {name!r}; choose from {', '.join(BACKENDS)}")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown clustering preset {preset!r}; choose from {', '.join(PRESETS)}")
+    cls, k_name = BACKENDS[name]
+    params = dict(PRESETS[preset]) if name == "gmm" else {}
+    params.update({k_name: int(k), "random_state": seed}, **overrides)
+    return cls(**params)
+
+
+REG_COVAR_RETRIES = 3  # GMM retries with reg_covar × 10 before falling back to K-means
+REG_COVAR_FACTOR = 10.0
+
+
+def _validate_codes(Z) -> np.ndarray:
+    Z = np.asarray(Z)
+    if Z.ndim != 2 or Z.shape[0] < 1 or Z.shape[1] < 1:
+        raise ValueError(f"codes must be a non-empty 2-D array [n, dz], got shape {Z.shape}")
+    if not np.issubdtype(Z.dtype, np.floating):
+        raise ValueError(f"codes must be floating point, got dtype {Z.dtype}")
+    if not np.isfinite(Z).all():
+        bad = int((~np.isfinite(Z)).any(axis=1).sum())
+        raise ValueError(f"codes contain NaN or infinite values in {bad} of {Z.shape[0]} rows")
+    return _as_float64(Z)
+
+
+def _fit_summary(backend) -> ClusterSummary:
+    """Summary of a fitted backend; a non-finite or empty result counts as a failed fit."""
+    s = backend.summary()
+    if s.k == 0 or not (np.isfinite(s.centroids).all() and np.isfinite(s.counts).all()):
+        raise FloatingPointError("clustering produced no finite non-empty component")
+    return s
+
+
+def _attempts(backend: str, k: int, seed: int, preset: str, overrides: dict):
+    """Backends to try in order: the requested one, GMM with growing reg_covar, then K-means."""
+    yield make_backend(backend, k, seed=seed, preset=preset, **overrides)
+    if backend == "gmm":
+        base = make_backend("gmm", k, seed=seed, preset=preset, **overrides).reg_covar
+        for i in range(1, REG_COVAR_RETRIES + 1):
+            yield make_backend("gmm", k, seed=seed, preset=preset, **{**overrides, "reg_covar": base * REG_COVAR_FACTOR**i})
+    yield KMeansBackend(k, random_state=seed)
+
+
+def cluster_codes(
+    Z: np.ndarray, k: int, *, backend: str = "gmm", seed: int, preset: str = "tabular", **overrides
+) -> ClusterSummary:
+    """Phase 2 of a GCA round (SPEC §1): cluster the pooled codes, return the non-empty components.
+
+    Never crashes a round on fittable input: K is capped at the number of
+    distinct codes; a failing GMM is retried with reg_covar × 10 (up to
+    ``REG_COVAR_RETRIES`` times) and then replaced by K-means, with a logged
+    warning. Raises ``ValueError`` only for invalid input (not a 2-D finite
+    float array) or an unknown backend/preset/option.
+    """
+    Z = _validate_codes(Z)
+    if int(k) < 1:
+        raise ValueError(f"K must be a positive integer, got {k!r}")
+    distinct = np.unique(Z, axis=0)
+    k_fit = min(int(k), len(distinct))
+    attempts = _attempts(backend, k_fit, seed, preset, overrides)
+    first = next(attempts)  # constructing it validates backend, preset and option names
+    if isinstance(first, GMMBackend):
+        first._resolve_engine()
+    if len(distinct) == 1:  # every backend's exact answer: one centroid holding all n codes
+        return _summarise(distinct, np.array([float(len(Z))]))
+    if k_fit < k:
+        logger.warning("K=%d exceeds the %d distinct pooled codes; fitting %d components", k, len(distinct), k_fit)
+    for i, model in enumerate([first, *attempts]):
+        try:
+            return _fit_summary(model.fit(Z))
+        except InvalidParameterError:  # a configuration error, not a numerical failure
+            raise
+        except (ValueError, FloatingPointError, np.linalg.LinAlgError, RuntimeError) as exc:
+            logger.warning("clustering attempt %d (%s) failed: %s; retrying", i + 1, _describe(model), exc)
+    logger.warning("every clustering attempt failed; broadcasting the mean of the codes")
+    return _summarise(Z.mean(0, keepdims=True), np.array([float(len(Z))]))
+
+
+def _describe(model) -> str:
+    reg = getattr(model, "reg_covar", None)
+    return type(model).__name__ + (f", reg_covar={reg:g}" if reg is not None else "")

@@ -1,0 +1,729 @@
+"""``fedgca report DIR``: the paper's tables and plots from any tree of finished runs.
+
+Every ``summary.json`` under DIR is one run (sweep directories, ``compare``
+directories, single runs — any mix). A run's config is its ``config.json``
+(else rebuilt from the summary), made canonical (:func:`fedgca.experiments.sweep.canonical`)
+so that the same experiment found twice counts once. Runs that differ only in
+their seed form a group; cells are the mean ± sample std (ddof = 1) over the
+group's seeds.
+
+Runs are first split by *setting* — the options every method shares (rounds,
+C, batch size, learning rate, participation, threshold quantile, validation
+fraction) — so that a quick run is never averaged with a full one; each
+setting gets its own section. Within a setting:
+
+- comparison tables (IID and non-IID): one column per method; GCA appears as
+  one column per backend at that backend's K* (inverse weights);
+- accuracy by K for each backend, with the K* rule applied: the K ∈ {10, 20,
+  40, 80} with the highest mean *peak* accuracy, exact ties to the smaller K
+  (all K present are considered when none of the grid values is);
+- inverse vs uniform weighting at K*;
+- the attack table (``attack.json`` files: NTMSE and Δcos);
+- communication inputs and per-round MiB for K ∈ {10, 20, 40, 80}, built from
+  the payloads of :mod:`fedgca.experiments.comm` for each dataset's recorded
+  C, ρ and client sizes, and checked against the bytes the GCA runs recorded.
+
+Every table's caption names its reporting protocol (paper peak, final round,
+validation-selected round). Outputs in ``DIR/report/``: ``report.md``,
+``report.tex``, one CSV per table, ``cells.csv`` (every number, tidy),
+``curves.csv``, ``runs.csv``, ``index.csv`` (file → caption) and PNG plots.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedgca.config import DATASET_PRESETS, K_GRID, METHODS, RunConfig
+from fedgca.reporting import tables
+
+log = logging.getLogger("fedgca")
+
+REPORT_DIR = "report"
+PROTOCOLS = ("peak", "final", "selected")
+PROTOCOL_TEXT = {
+    "peak": "paper (peak) — per seed, the highest test accuracy over the paper's evaluation points "
+            "(GCA after every reconstruction epoch, baselines after every round); uses test labels",
+    "final": "final — the models after the last round",
+    "selected": "validation-selected — the round with the lowest mean validation reconstruction error; "
+                "no test labels",
+}
+METRIC_TEXT = {"accuracy": "Accuracy (%)", "auroc": "AUROC (%)", "auprc": "AUPRC (%)"}
+BACKEND_LABELS = {"gmm": "GMM", "kmeans": "K-means", "softkmeans": "Soft K-means", "minibatch": "Mini-batch K-means"}
+BACKEND_ORDER = ("gmm", "kmeans", "softkmeans", "minibatch")
+METHOD_ORDER = ("single", "centralized", "fedavg", "fedprox", "fednova", "dpfedavg", "gca")
+assert set(METHOD_ORDER) == set(METHODS)
+DATASET_ORDER = tuple(DATASET_PRESETS)
+
+# Options every method reads: they define a *setting*; runs of different settings are never pooled.
+SETTING_FIELDS = ("rounds", "clients", "participation", "batch_size", "lr", "lr_step", "lr_gamma", "quantile",
+                  "val_fraction")
+AXES = {"dataset", "method", "seed", "partition", "alpha", "backend", "weights", "k"}
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclass
+class Run:
+    summary: dict
+    config: RunConfig  # canonical
+    path: Path  # the run directory
+
+    @property
+    def key(self) -> str:
+        return self.config.key()
+
+
+def _config_of(summary: dict, run_path: Path) -> RunConfig:
+    from fedgca.experiments.sweep import canonical
+
+    cfg_file = run_path / "config.json"
+    if cfg_file.exists():
+        cfg = RunConfig.from_dict(json.loads(cfg_file.read_text()))
+    else:  # rebuilt from what summary.json records
+        names = {f.name for f in dataclasses.fields(RunConfig)}
+        cfg = RunConfig(**{k: v for k, v in summary.items() if k in names and not isinstance(v, dict)})
+    return canonical(cfg)
+
+
+def load_runs(root, exclude: Path | None = None) -> tuple[list[Run], list[str]]:
+    """Every finished run under ``root`` (each config once) and notes on what was skipped."""
+    root = Path(root)
+    runs, seen, notes = [], {}, []
+    for p in sorted(root.rglob("summary.json")):
+        if exclude is not None and exclude in p.parents:
+            continue
+        try:
+            summary = json.loads(p.read_text())
+            run = Run(summary, _config_of(summary, p.parent), p.parent)
+        except (ValueError, TypeError, KeyError) as err:
+            notes.append(f"skipped {p}: {err}")
+            continue
+        if run.key in seen:
+            notes.append(f"duplicate of {seen[run.key]} ignored: {p.parent}")
+            continue
+        seen[run.key] = p.parent
+        runs.append(run)
+    return runs, notes
+
+
+def load_attacks(root, exclude: Path | None = None) -> list[dict]:
+    out, seen = [], set()
+    for p in sorted(Path(root).rglob("attack.json")):
+        if exclude is not None and exclude in p.parents:
+            continue
+        try:
+            doc = json.loads(p.read_text())
+        except ValueError:
+            continue
+        for rec in doc if isinstance(doc, list) else [doc]:
+            if not all(k in rec for k in ("method", "dataset", "seed", "ntmse", "delta_cos")):
+                continue
+            ident = (rec["dataset"], rec["method"], rec["seed"], rec.get("victim", 0), rec.get("partition", "iid"),
+                     rec.get("k"))
+            if ident not in seen:
+                seen.add(ident)
+                out.append(rec)
+    return out
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+def setting_of(cfg: RunConfig) -> tuple:
+    values = []
+    for f in SETTING_FIELDS:
+        v = getattr(cfg, f)
+        if f == "clients" and v == DATASET_PRESETS[cfg.dataset]["clients"]:
+            v = "preset"
+        values.append((f, v))
+    return tuple(values)
+
+
+def partition_of(cfg: RunConfig) -> str:
+    return "iid" if cfg.partition == "iid" else f"dirichlet(alpha={cfg.alpha:g})"
+
+
+def variant_of(cfg: RunConfig) -> tuple:
+    """The method's own options other than the axes (e.g. GCA's epochs, DP-FedAvg's σ)."""
+    from fedgca.experiments.sweep import RELEVANT
+
+    d = cfg.to_dict()
+    own = sorted(RELEVANT[cfg.method] - set(SETTING_FIELDS) - AXES)
+    return tuple((f, d[f]) for f in own)
+
+
+@dataclass
+class Group:
+    dataset: str
+    method: str
+    partition: str
+    variant: tuple
+    backend: str | None
+    weights: str | None
+    k: int | None
+    runs: list[Run] = field(default_factory=list)
+
+    def values(self, protocol: str, metric: str) -> list[float]:
+        return [r.summary[protocol][metric] for r in self.runs]
+
+    def cell(self, protocol: str, metric: str) -> tuple[float, float, int]:
+        return tables.mean_std(self.values(protocol, metric))
+
+    def exact_mean(self, protocol: str = "peak", metric: str = "accuracy") -> float:
+        v = [x for x in self.values(protocol, metric) if x is not None and math.isfinite(x)]
+        return math.fsum(v) / len(v) if v else float("nan")
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(r.config.seed for r in self.runs)
+
+
+def group_runs(runs: list[Run]) -> dict[tuple, list[Group]]:
+    """setting → groups (one per config minus seed)."""
+    by: dict[tuple, dict[tuple, Group]] = defaultdict(dict)
+    for run in runs:
+        c = run.config
+        gca = c.method == "gca"
+        gkey = (c.dataset, c.method, partition_of(c), variant_of(c), c.backend if gca else None,
+                c.weights if gca else None, c.k if gca else None)
+        grp = by[setting_of(c)].setdefault(gkey, Group(*gkey))
+        grp.runs.append(run)
+    return {s: list(g.values()) for s, g in by.items()}
+
+
+def k_star(groups: list[Group]) -> Group | None:
+    """SPEC §5 rule: the K ∈ {10, 20, 40, 80} with the highest mean peak accuracy; exact ties → smaller K.
+
+    ``groups`` are one backend's runs at different K (same everything else).
+    When none of them is at a grid K, every K present is a candidate.
+    """
+    cands = [g for g in groups if g.k in K_GRID] or list(groups)
+    best = None
+    for g in sorted(cands, key=lambda g: g.k):
+        m = g.exact_mean("peak", "accuracy")
+        if math.isfinite(m) and (best is None or m > best[0]):  # strictly greater: ties keep the smaller K
+            best = (m, g)
+    return best[1] if best else None
+
+
+def _variant_labels(groups: list[Group]) -> dict[tuple, str]:
+    """A short suffix for each variant of one method: only the options that differ between its variants."""
+    variants = sorted({g.variant for g in groups}, key=str)
+    if len(variants) <= 1:
+        return {v: "" for v in variants}
+    fields_ = [f for f, _ in variants[0]]
+    differing = [i for i, f in enumerate(fields_) if len({v[i][1] for v in variants}) > 1]
+    return {v: " (" + ", ".join(f"{v[i][0]}={v[i][1]}" for i in differing) + ")" for v in variants}
+
+
+@dataclass
+class Column:
+    label: str
+    method: str
+    cells: dict[str, Group]  # dataset → group
+    note: str = ""
+
+
+def comparison_columns(groups: list[Group], partition: str) -> list[Column]:
+    """Baselines as they are; GCA per backend (and variant) at its K* with inverse weights."""
+    gs = [g for g in groups if g.partition == partition]
+    cols: list[Column] = []
+    for method in METHOD_ORDER:
+        mg = [g for g in gs if g.method == method]
+        if not mg:
+            continue
+        labels = _variant_labels(mg)
+        if method != "gca":
+            for variant, suffix in labels.items():
+                cells = {g.dataset: g for g in mg if g.variant == variant}
+                cols.append(Column(tables.METHOD_LABELS[method] + suffix, method, cells))
+            continue
+        inv = [g for g in mg if g.weights == "inverse"] or mg
+        for backend in sorted({g.backend for g in inv}, key=_backend_rank):
+            for variant, suffix in labels.items():
+                cells, picks = {}, []
+                for ds in sorted({g.dataset for g in inv}, key=_dataset_rank):
+                    cand = [g for g in inv if g.backend == backend and g.variant == variant and g.dataset == ds]
+                    best = k_star(cand) if cand else None
+                    if best is not None:
+                        cells[ds] = best
+                        picks.append(f"{ds} K={best.k}")
+                if cells:
+                    label = f"GCA-{BACKEND_LABELS.get(backend, backend)}{suffix}"
+                    w = "" if inv[0].weights == "inverse" else f", {inv[0].weights} weights"
+                    cols.append(Column(label, "gca", cells, f"{label}: K* ({'; '.join(picks)}){w}"))
+    return cols
+
+
+def _backend_rank(b):
+    return BACKEND_ORDER.index(b) if b in BACKEND_ORDER else len(BACKEND_ORDER)
+
+
+def _dataset_rank(d):
+    return (DATASET_ORDER.index(d), d) if d in DATASET_ORDER else (len(DATASET_ORDER), d)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@dataclass
+class Table:
+    id: str
+    title: str
+    protocol: str  # "peak" | "final" | "selected" | "attack" | "comm"
+    head: list[str]
+    rows: list[list]  # cells: str, or (mean, std, n)
+    label_cols: int = 1
+    scale: float = 100.0
+    digits: int = 2
+    notes: list[str] = field(default_factory=list)
+
+    def seed_counts(self) -> set[int]:
+        return {c[2] for r in self.rows for c in r if isinstance(c, tuple) and c[2] > 0}
+
+    def grid(self) -> list[list[str]]:
+        n_max = max(self.seed_counts() or {0})
+        out = []
+        for row in self.rows:
+            cells = []
+            for c in row:
+                if isinstance(c, tuple):
+                    s = tables.fmt(c, scale=self.scale, digits=self.digits)
+                    if 0 < c[2] < n_max:
+                        s += f" (n={c[2]})"
+                    cells.append(s)
+                else:
+                    cells.append("—" if c is None else str(c))
+            out.append(cells)
+        return out
+
+    def caption(self) -> str:
+        ns = sorted(self.seed_counts())
+        seeds = ""
+        if ns:
+            seeds = (f" Mean ± sample std over {ns[0]} seed{'s' if ns[0] != 1 else ''} per cell." if len(ns) == 1
+                     else f" Mean ± sample std over seeds ({'/'.join(map(str, ns))} per cell; fewer than "
+                          f"{ns[-1]} marked n=).")
+        return self.title + "." + seeds + "".join(" " + n for n in self.notes)
+
+
+def protocol_note(protocol: str, setting: tuple) -> str:
+    text = f"Protocol: {PROTOCOL_TEXT[protocol]}"
+    if protocol == "selected" and dict(setting).get("val_fraction", 0) == 0:
+        text += " — val_fraction = 0 in these runs, so this is the final round"
+    return text
+
+
+def comparison_tables(groups, setting, partition: str, tag: str, heading: str) -> list[Table]:
+    cols = comparison_columns(groups, partition)
+    if not cols:
+        return []
+    datasets = sorted({d for c in cols for d in c.cells}, key=_dataset_rank)
+    notes = [c.note for c in cols if c.note]
+    out = []
+    for protocol, metric in (("peak", "accuracy"), ("final", "accuracy"), ("selected", "accuracy"),
+                             ("peak", "auroc"), ("final", "auroc"), ("final", "auprc")):
+        at = " at the peak-accuracy evaluation" if protocol == "peak" and metric != "accuracy" else ""
+        rows = [[ds] + [c.cells[ds].cell(protocol, metric) if ds in c.cells else None for c in cols]
+                for ds in datasets]
+        out.append(Table(
+            f"{tag}_comparison_{metric}_{protocol}",
+            f"{heading}: {METRIC_TEXT[metric]}{at}. {protocol_note(protocol, setting)}",
+            protocol, ["dataset"] + [c.label for c in cols], rows,
+            notes=[("GCA columns at K* by the paper rule (peak accuracy): " + "; ".join(notes) + ".")] if notes else [],
+        ))
+    return out
+
+
+def _gca_families(groups: list[Group], partition: str, weights: str | None = "inverse") -> dict[tuple, list[Group]]:
+    """(dataset, backend, variant) → its groups at different K."""
+    fam: dict[tuple, list[Group]] = defaultdict(list)
+    for g in groups:
+        if g.method == "gca" and g.partition == partition and (weights is None or g.weights == weights):
+            fam[(g.dataset, g.backend, g.variant)].append(g)
+    return fam
+
+
+def k_tables(groups, setting, partition: str, tag: str, heading: str) -> list[Table]:
+    fam = _gca_families(groups, partition)
+    if not fam:
+        return []
+    labels = _variant_labels([g for gs in fam.values() for g in gs])
+    ks = sorted({g.k for gs in fam.values() for g in gs})
+    order = sorted(fam, key=lambda f: (_dataset_rank(f[0]), _backend_rank(f[1]), str(f[2])))
+    out = []
+    for protocol in ("peak", "final"):
+        rows = []
+        for f in order:
+            by_k = {g.k: g for g in fam[f]}
+            best = k_star(fam[f])
+            rows.append([f[0], BACKEND_LABELS.get(f[1], f[1]) + labels[f[2]]]
+                        + [by_k[k].cell(protocol, "accuracy") if k in by_k else None for k in ks]
+                        + [str(best.k) if best else "—"])
+        rule = ("K* = the K ∈ {10, 20, 40, 80} with the highest mean peak accuracy, exact ties to the smaller K"
+                + ("" if protocol == "peak" else " (chosen on the paper protocol, shown here with final-round accuracy)"))
+        out.append(Table(f"{tag}_accuracy_by_k_{protocol}",
+                         f"{heading}: GCA accuracy (%) by K for each clustering backend (inverse weights). "
+                         f"{protocol_note(protocol, setting)}. {rule}",
+                         protocol, ["dataset", "backend"] + [f"K={k}" for k in ks] + ["K*"], rows, label_cols=2))
+    return out
+
+
+def weight_tables(groups, setting, partition: str, tag: str, heading: str) -> list[Table]:
+    inv = _gca_families(groups, partition, "inverse")
+    uni = _gca_families(groups, partition, "uniform")
+    fams = [f for f in inv if f in uni]
+    if not fams:
+        return []
+    labels = _variant_labels([g for f in fams for g in inv[f] + uni[f]])
+    out = []
+    for protocol in ("peak", "final"):
+        rows = []
+        for f in sorted(fams, key=lambda f: (_dataset_rank(f[0]), _backend_rank(f[1]), str(f[2]))):
+            best = k_star(inv[f])
+            if best is None:
+                continue
+            u = next((g for g in uni[f] if g.k == best.k), None)
+            ci, cu = best.cell(protocol, "accuracy"), u.cell(protocol, "accuracy") if u else None
+            delta = f"{100 * (cu[0] - ci[0]):+.2f}" if cu and cu[2] and ci[2] else "—"
+            rows.append([f[0], BACKEND_LABELS.get(f[1], f[1]) + labels[f[2]], str(best.k), ci, cu, delta])
+        out.append(Table(f"{tag}_weights_{protocol}",
+                         f"{heading}: GCA accuracy (%) with inverse-support vs uniform alignment weights at K* "
+                         f"(K* from the inverse-weight K sweep, paper rule). {protocol_note(protocol, setting)}. "
+                         "Δ = uniform − inverse, in points",
+                         protocol, ["dataset", "backend", "K*", "inverse", "uniform", "Δ (pts)"], rows, label_cols=2))
+    return out
+
+
+def attack_tables(attacks: list[dict]) -> list[Table]:
+    if not attacks:
+        return []
+    cells: dict = defaultdict(lambda: defaultdict(lambda: {"ntmse": [], "delta_cos": []}))
+    for a in attacks:
+        part = a.get("partition", "iid")
+        row = a["dataset"] if part == "iid" else f"{a['dataset']} ({part})"
+        for m in ("ntmse", "delta_cos"):
+            cells[row][a["method"]][m].append(float(a[m]))
+    methods = [m for m in METHOD_ORDER if any(m in c for c in cells.values())]
+    methods += sorted({m for c in cells.values() for m in c} - set(methods))
+    rows_sorted = sorted(cells, key=_dataset_rank)
+    out = []
+    for metric, title in (("ntmse", "NTMSE (higher = less leakage)"), ("delta_cos", "Δcos (lower = less leakage)")):
+        rows = [[r] + [tables.mean_std(cells[r][m][metric]) if m in cells[r] else None for m in methods]
+                for r in rows_sorted]
+        out.append(Table(f"attack_{metric}", f"Server-side extraction attacks: {title}. Protocol: attacks on the "
+                         "victim client's round-R (final) model — white-box inversion for parameter-sharing "
+                         "methods, latent-only flipping for GCA (SPEC §6)", "attack",
+                         ["dataset"] + [tables.METHOD_LABELS.get(m, m) for m in methods], rows, scale=1.0, digits=3))
+    return out
+
+
+def comm_tables(runs: list[Run]) -> tuple[list[Table], list[dict], list[str]]:
+    """Inputs and per-round MiB for K ∈ {10, 20, 40, 80}, from payloads built for each dataset's recorded run."""
+    from fedgca.experiments import comm
+
+    by_ds: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        by_ds[r.config.dataset].append(r)
+    rows, checks = [], []
+    for ds in sorted(by_ds, key=_dataset_rank):
+        # the reference run: IID, no validation split, GCA first (its ρ is the one that matters)
+        rs = sorted(by_ds[ds], key=lambda r: (r.config.partition != "iid", r.config.val_fraction != 0,
+                                              r.config.method != "gca", r.config.seed))
+        ref = rs[0]
+        try:
+            built = comm.measure(comm.run_inputs(ref.summary))
+        except (KeyError, TypeError, ValueError) as err:
+            checks.append(f"{ds}: communication not computed ({err})")
+            continue
+        rows.extend(built)
+        checks.extend(_check_recorded(ds, rs, built))
+    if not rows:
+        return [], [], checks
+    (ih, ib), (mh, mb) = comm.grids(rows)
+    t_in = Table("comm_inputs", "Communication inputs: C clients, U codes uploaded per round (Σ⌊ρ·N_i⌋ over the "
+                 "run's IID shards), latent width D_z and model parameters P. Protocol: per round, full "
+                 "participation, from the payloads the code builds", "comm", ih, ib)
+    t_mib = Table("comm_mib", "Per-round communication in MiB (2^20 bytes, FP32) for K ∈ {10, 20, 40, 80}: GCA "
+                  "up = 4·U·D_z, down = 4·C·K·(D_z+1); FL (FedAvg/FedProx/FedNova/DP-FedAvg) up = down = 4·C·P; "
+                  "reduction = 1 − GCA total / FL total. Protocol: per round, full participation, measured from "
+                  "the built payloads and equal to the formulas", "comm", mh, mb,
+                  notes=[" ".join(checks)] if checks else [])
+    return [t_in, t_mib], rows, checks
+
+
+def _check_recorded(ds: str, runs: list[Run], built: list[dict]) -> list[str]:
+    """Compare the built payload sizes with what full-participation runs recorded."""
+    from fedgca.experiments import comm
+
+    ref = built[0]
+    agree, differ = 0, []
+    for r in runs:
+        s, c = r.summary, r.config
+        if c.participation < 1 or "bytes_up_per_round" not in s or s.get("client_sizes") is None:
+            continue
+        if c.method == "gca":
+            u = sum(int(math.floor(c.rho * n + 1e-9)) for n in s["client_sizes"])
+            want = comm.formula_bytes(u, ref["D_z"], c.clients, c.k, ref["P"])
+            exp_up, exp_down = want["gca_up"], None  # the broadcast holds only non-empty components
+            ok = s["bytes_up_per_round"] == exp_up and s["bytes_down_per_round"] <= want["gca_down"]
+        elif c.method in ("fedavg", "fedprox", "fednova", "dpfedavg"):
+            want = comm.formula_bytes(0, ref["D_z"], c.clients, 0, ref["P"])
+            ok = s["bytes_up_per_round"] == want["fl_up"] and s["bytes_down_per_round"] == want["fl_down"]
+        else:
+            continue
+        if ok:
+            agree += 1
+        else:
+            differ.append(r.path.name)
+    out = []
+    if agree:
+        out.append(f"{ds}: {agree} run(s)' recorded per-round bytes agree.")
+    if differ:
+        out.append(f"{ds}: recorded bytes differ from the formula in {', '.join(differ[:5])}.")
+    return out
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def round_curves(runs: list[Run], columns_by_partition: dict[str, list[Column]] | None = None) -> list[dict]:
+    """Accuracy after each round (metrics.csv rows with phase == "round"), mean ± std over seeds.
+
+    One curve per dataset, partition and column (method; GCA at K* per backend
+    when ``columns_by_partition`` is given, else every GCA group separately).
+    """
+    out = []
+    if columns_by_partition is None:
+        groups = [g for gs in group_runs(runs).values() for g in gs]
+        items = [(g.partition, g.dataset, _group_label(g), g) for g in groups]
+    else:
+        items = [(part, ds, col.label, g) for part, cols in columns_by_partition.items()
+                 for col in cols for ds, g in col.cells.items()]
+    for part, ds, label, g in items:
+        per_round: dict[int, list[float]] = defaultdict(list)
+        for r in g.runs:
+            for rnd, acc in _round_accuracy(r.path / "metrics.csv"):
+                per_round[rnd].append(acc)
+        for rnd in sorted(per_round):
+            m, s, n = tables.mean_std(per_round[rnd])
+            out.append({"dataset": ds, "partition": part, "method": label, "round": rnd, "mean": m, "std": s, "n": n})
+    return out
+
+
+def _group_label(g: Group) -> str:
+    if g.method != "gca":
+        return tables.METHOD_LABELS[g.method]
+    return f"GCA-{BACKEND_LABELS.get(g.backend, g.backend)} K={g.k} {g.weights}"
+
+
+def _round_accuracy(path: Path) -> list[tuple[int, float]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return [(int(r["round"]), float(r["accuracy"])) for r in csv.DictReader(f) if r.get("phase") == "round"]
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def md_table(t: Table) -> str:
+    head, body = t.head, t.grid()
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n"
+
+
+def csv_table(t: Table) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(t.head)
+    w.writerows(t.grid())
+    return buf.getvalue()
+
+
+_TEX_MAP = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$", "Δ": r"$\Delta$",
+            "ρ": r"$\rho$", "α": r"$\alpha$", "μ": r"$\mu$", "σ": r"$\sigma$", "∈": r"$\in$", "Σ": r"$\Sigma$",
+            "⌊": r"$\lfloor$", "⌋": r"$\rfloor$", "·": r"$\cdot$", "−": "--", "—": "---", "≤": r"$\le$",
+            "×": r"$\times$", "→": r"$\to$"}
+_TEX_TOKEN = re.compile(r"K\*|\d\^\d+|[" + re.escape("".join(_TEX_MAP)) + "]")
+
+
+def _tex_token(m: re.Match) -> str:
+    t = m.group(0)
+    if t == "K*":
+        return r"$K^*$"
+    if "^" in t and len(t) > 1:
+        base, exp = t.split("^")
+        return f"${base}^{{{exp}}}$"
+    return _TEX_MAP[t]
+
+
+def tex_escape(s) -> str:
+    """Plain text (with ±, Δ, K*, 2^20 ...) as LaTeX."""
+    return _TEX_TOKEN.sub(_tex_token, str(s))
+
+
+def tex_table(t: Table) -> str:
+    cols = "l" * t.label_cols + "r" * (len(t.head) - t.label_cols)
+    lines = [r"\begin{table}[ht]", r"\centering", r"\small", r"\caption{" + tex_escape(t.caption()) + "}",
+             r"\label{tab:" + t.id.replace("_", "-") + "}", r"\resizebox{\linewidth}{!}{%",
+             r"\begin{tabular}{" + cols + "}", r"\toprule", " & ".join(tex_escape(h) for h in t.head) + r" \\",
+             r"\midrule"]
+    lines += [" & ".join(tex_escape(c) for c in row) + r" \\" for row in t.grid()]
+    lines += [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def tidy_cells(ts: list[Table]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["table", "protocol", "row", "column", "mean", "std", "n"])
+    for t in ts:
+        for row in t.rows:
+            label = " / ".join(str(c) for c in row[: t.label_cols])
+            for h, c in zip(t.head[t.label_cols:], row[t.label_cols:]):
+                if isinstance(c, tuple):
+                    w.writerow([t.id, t.protocol, label, h, c[0], c[1], c[2]])
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass
+class Section:
+    title: str
+    tables: list[Table]
+    intro: str = ""
+
+
+def _setting_text(setting: tuple) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting)
+
+
+def build(root, exclude: Path | None = None) -> dict:
+    """Everything the report shows, as data: sections of tables, curves, comm rows, notes."""
+    runs, notes = load_runs(root, exclude)
+    attacks = load_attacks(root, exclude)
+    by_setting = group_runs(runs)
+    sections: list[Section] = []
+    columns: dict[tuple, dict[str, list[Column]]] = {}
+    settings = sorted(by_setting, key=lambda s: (-sum(len(g.runs) for g in by_setting[s]), str(s)))
+    for i, setting in enumerate(settings):
+        groups = by_setting[setting]
+        suffix = f"_s{i + 1}" if len(settings) > 1 else ""
+        ts: list[Table] = []
+        parts = sorted({g.partition for g in groups}, key=lambda p: (p != "iid", p))
+        columns[setting] = {}
+        for part in parts:
+            tag = "iid" if part == "iid" else "noniid"
+            if part != "iid" and sum(p != "iid" for p in parts) > 1:
+                tag += re.sub(r"\W+", "", part.split("(")[1])
+            tag += suffix
+            heading = "IID" if part == "iid" else f"Non-IID ({part.replace('alpha', 'α')})"
+            ts += comparison_tables(groups, setting, part, tag, f"{heading} comparison")
+            ts += k_tables(groups, setting, part, tag, f"{heading} K sweep")
+            ts += weight_tables(groups, setting, part, tag, f"{heading} weighting ablation")
+            columns[setting][part] = comparison_columns(groups, part)
+        n = sum(len(g.runs) for g in groups)
+        title = "Results" if len(settings) == 1 else f"Setting {i + 1}"
+        sections.append(Section(title, ts, f"Setting: {_setting_text(setting)} ({n} runs)."))
+    at = attack_tables(attacks)
+    if at:
+        sections.append(Section("Attacks", at, f"{len(attacks)} attack results."))
+    ct, comm_rows, _ = comm_tables(runs)
+    if ct:
+        sections.append(Section("Communication", ct))
+    main_setting = settings[0] if settings else None
+    curves = round_curves(runs, columns.get(main_setting)) if main_setting is not None else []
+    return {"runs": runs, "attacks": attacks, "sections": sections, "notes": notes, "curves": curves,
+            "comm_rows": comm_rows, "columns": columns, "settings": settings}
+
+
+def write_report(root, out=None, plots: bool = True) -> dict[str, Path]:
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such directory")
+    out = Path(out) if out else root / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    data = build(root, exclude=out)
+    if not data["runs"] and not data["attacks"]:
+        raise ValueError(f"{root}: no finished runs (summary.json) found")
+    all_tables = [t for s in data["sections"] for t in s.tables]
+
+    index = []
+    for t in all_tables:
+        (out / f"{t.id}.csv").write_text(csv_table(t))
+        index.append({"file": f"{t.id}.csv", "protocol": t.protocol, "caption": t.caption()})
+    (out / "cells.csv").write_text(tidy_cells(all_tables))
+    (out / "runs.csv").write_text(tables.raw_csv([r.summary for r in data["runs"]]))
+    _write_dicts(out / "curves.csv", data["curves"], ["dataset", "partition", "method", "round", "mean", "std", "n"])
+    if data["comm_rows"]:
+        from fedgca.experiments import comm
+
+        (out / "comm.csv").write_text(comm.render(data["comm_rows"], "csv"))
+    _write_dicts(out / "index.csv", index, ["file", "protocol", "caption"])
+
+    images = []
+    if plots:
+        from fedgca.reporting import plots as P
+
+        images = P.make_plots(out, data)
+
+    md = _markdown(root, data, images)
+    (out / "report.md").write_text(md)
+    (out / "report.tex").write_text(_latex(root, data, images))
+    return {"md": out / "report.md", "tex": out / "report.tex", "dir": out, "images": images}
+
+
+def _write_dicts(path: Path, rows: list[dict], fields: list[str]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _markdown(root: Path, data: dict, images: list[Path]) -> str:
+    runs = data["runs"]
+    lines = [f"# fedgca report: {root}", "",
+             f"{len(runs)} finished runs ({len({(r.config.dataset, r.config.method) for r in runs})} dataset × method "
+             f"pairs), {len(data['attacks'])} attack results. Cells: mean ± sample std over seeds.", ""]
+    for n in data["notes"]:
+        lines.append(f"- note: {n}")
+    for s in data["sections"]:
+        lines += [f"## {s.title}", ""]
+        if s.intro:
+            lines += [s.intro, ""]
+        for t in s.tables:
+            lines += [f"**Table `{t.id}`.** {t.caption()}", "", md_table(t)]
+    if images:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images] + [""]
+    return "\n".join(lines)
+
+
+def _latex(root: Path, data: dict, images: list[Path]) -> str:
+    parts = [r"\documentclass{article}", r"\usepackage[margin=2cm]{geometry}", r"\usepackage{booktabs}",
+             r"\usepackage{graphicx}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
+             r"\begin{document}", r"\section*{fedgca report}",
+             tex_escape(f"{len(data['runs'])} finished runs from {root}. Cells: mean ± sample std over seeds."), ""]
+    for s in data["sections"]:
+        parts += [r"\subsection*{" + tex_escape(s.title) + "}", tex_escape(s.intro), ""]
+        parts += [tex_table(t) for t in s.tables]
+    for p in images:
+        parts += [r"\begin{figure}[ht]\centering", r"\includegraphics[width=0.9\linewidth]{" + p.name + "}",
+                  r"\caption{" + tex_escape(p.stem) + "}", r"\end{figure}", ""]
+    parts += [r"\end{document}", ""]
+    return "\n".join(parts)
+
+
+__all__ = ["Run", "Group", "Table", "build", "k_star", "load_runs", "round_curves", "write_report"]

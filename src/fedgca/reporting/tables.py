@@ -1,0 +1,80 @@
+"""Collect run summaries and render the paper-layout tables (Markdown, CSV, LaTeX)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+METHOD_LABELS = {
+    "single": "Single-Client", "centralized": "Centralized", "fedavg": "FedAvg", "fedprox": "FedProx",
+    "fednova": "FedNova", "dpfedavg": "DP-FedAvg", "gca": "GCA",
+}
+
+
+def load_summaries(root) -> list[dict]:
+    """Every summary.json under ``root`` (one per finished run)."""
+    return [json.loads(p.read_text()) for p in sorted(Path(root).rglob("summary.json"))]
+
+
+def mean_std(values) -> tuple[float, float, int]:
+    """Mean and sample std (ddof = 1; 0 for a single seed) over seeds."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if len(v) == 0:
+        return float("nan"), float("nan"), 0
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0, len(v)
+
+
+def metric_of(summary: dict, protocol: str, metric: str) -> float:
+    return summary[protocol][metric]
+
+
+def pivot(summaries: list[dict], protocol: str, metric: str, row_key="dataset", col_key="method") -> dict:
+    """{row: {col: (mean, std, n)}} over seeds."""
+    cells: dict = {}
+    for s in summaries:
+        cells.setdefault(s[row_key], {}).setdefault(s[col_key], []).append(metric_of(s, protocol, metric))
+    return {r: {c: mean_std(v) for c, v in cols.items()} for r, cols in cells.items()}
+
+
+def fmt(cell, scale: float = 100.0, digits: int = 2) -> str:
+    mean, std, n = cell
+    if n == 0:
+        return "—"
+    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
+
+
+def render(table: dict, columns: list[str], fmt_kw=None, style: str = "md", corner: str = "dataset",
+           labels: dict | None = None) -> str:
+    """One row per table key, one column per ``columns`` entry."""
+    fmt_kw = fmt_kw or {}
+    labels = labels or METHOD_LABELS
+    head = [corner] + [labels.get(c, str(c)) for c in columns]
+    body = [[str(r)] + [fmt(table[r][c], **fmt_kw) if c in table[r] else "—" for c in columns] for r in table]
+    if style == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(head)
+        w.writerows(body)
+        return buf.getvalue()
+    if style == "latex":
+        lines = [r"\begin{tabular}{l" + "c" * len(columns) + "}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
+        lines += [" & ".join(row).replace("±", r"$\pm$") + r" \\" for row in body]
+        return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body]) + "\n"
+
+
+def raw_csv(summaries: list[dict]) -> str:
+    """One line per run: the figures behind every table."""
+    buf = io.StringIO()
+    fields = ["dataset", "method", "seed", "rounds", "k", "backend", "weights", "partition"]
+    metrics = [f"{p}_{m}" for p in ("peak", "final", "selected") for m in ("accuracy", "auroc", "auprc")]
+    w = csv.writer(buf)
+    w.writerow(fields + metrics + ["wall_seconds"])
+    for s in summaries:
+        w.writerow([s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected")
+                                                  for m in ("accuracy", "auroc", "auprc")] + [s["wall_seconds"]])
+    return buf.getvalue()

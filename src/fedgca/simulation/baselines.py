@@ -1,0 +1,159 @@
+"""The six baselines of SPEC §2 in the stacked simulator.
+
+All share one local-training routine (``_local_training``) and differ only in
+the client loss (FedProx) and the server rule (fedavg/fednova/dpfedavg
+modules in ``fedgca.protocol``). Parameter-sharing clients keep their Adam
+state across rounds (so that FedAvg with one client is exactly centralized
+training); each round they start from the broadcast global model.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedgca import seeding
+from fedgca.protocol import dpfedavg, fedavg, fednova, fedprox
+from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
+from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
+from fedgca.training.loop import ClientShards, run_epoch
+from fedgca.training.stacked import StackedModels
+
+
+def _local_training(clients: StackedModels, shards: ClientShards, seed: int, r: int, epochs: int,
+                    part: torch.Tensor, batch_size: int, extra_loss=None) -> None:
+    """``epochs`` epochs of mini-batch Adam on L_recon (+ an optional per-client term)."""
+    n_feature_dims = shards.x.dim() - 2
+
+    def loss(xb, mask):
+        value = masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
+        return value if extra_loss is None else value + extra_loss()
+
+    ids = range(shards.num_clients)
+    for e in range(epochs):
+        run_epoch(clients, shards, seeding.client_rngs(seed, "local", (r, e), ids), batch_size, loss,
+                  list(clients.params), part)
+
+
+class SingleClientSimulation(SimMethod):
+    """Each client trains alone (R × local epochs in total); nothing is communicated."""
+
+    def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
+        fed = self.fed
+        _local_training(fed.clients, fed.shards, fed.cfg.seed, r, fed.cfg.local_epochs, part, fed.cfg.batch_size)
+        return CommRecord(0, 0, 0, [int(i) for i in torch.nonzero(part).flatten()])
+
+
+class CentralizedSimulation(SimMethod):
+    """One autoencoder on the pooled training normals; a reference, not a federation."""
+
+    def __init__(self, fed):
+        super().__init__(fed)
+        pooled = np.concatenate([fed.shards.client(i).numpy() for i in range(fed.num_clients)])
+        self.pooled = ClientShards.from_arrays([pooled])
+
+    def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
+        fed = self.fed
+        _local_training(fed.clients, self.pooled, fed.cfg.seed, r, fed.cfg.local_epochs,
+                        torch.ones(1, dtype=torch.bool), fed.cfg.batch_size)
+        return CommRecord(0, 0, 0, [0])
+
+    def deployed_shards(self) -> ClientShards:
+        return self.pooled  # threshold on all training data (SPEC §5)
+
+
+class FedAvgSimulation(SimMethod):
+    """Clients start each round from the global model, train locally, upload parameters."""
+
+    def __init__(self, fed):
+        super().__init__(fed)
+        self.global_params = fed.clients.client_state_dict(0)  # θ^(0): one model for everyone
+        fed.clients.set_all(self.global_params)
+
+    # -- hooks the variants override --
+    def client_loss_term(self):
+        return None
+
+    def server_rule(self, r: int, stacked, sizes):
+        return fedavg.aggregate(self.global_params, stacked, sizes)
+
+    def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
+        fed, cfg = self.fed, self.fed.cfg
+        fed.clients.set_all(self.global_params, part)  # download θ^(r)
+        _local_training(fed.clients, fed.shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size,
+                        self.client_loss_term())
+        idx = torch.nonzero(part).flatten()
+        uploads = {k: v.detach()[idx].clone() for k, v in fed.clients.params.items()}  # what each client sends
+        sizes = fed.shards.sizes[idx.numpy()]
+        self.global_params = self.server_rule(r, uploads, sizes)
+        fed.clients.set_all(self.global_params)  # every client evaluates/deploys the global model
+        model_bytes = sum(v.nbytes for v in self.global_params.values())
+        return CommRecord(
+            bytes_up=sum(v.nbytes for v in uploads.values()),
+            bytes_down=len(idx) * model_bytes,
+            uploads=len(idx),
+            participants=[int(i) for i in idx],
+        )
+
+    def state_dict(self) -> dict:
+        return {"global": self.global_params}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.global_params = state["global"]
+
+
+class FedProxSimulation(FedAvgSimulation):
+    def client_loss_term(self):
+        coef = self.fed.cfg.fedprox_coef
+        params, global_params = self.fed.clients.params, self.global_params
+        if coef == 0:
+            return None
+        return lambda: coef * fedprox.proximal_term(params, global_params)
+
+
+class FedNovaSimulation(FedAvgSimulation):
+    def server_rule(self, r, stacked, sizes):
+        tau = fednova.local_steps(sizes, self.fed.cfg.local_epochs, self.fed.cfg.batch_size)
+        return fednova.aggregate(self.global_params, stacked, sizes, tau)
+
+
+class DPFedAvgSimulation(FedAvgSimulation):
+    def __init__(self, fed):
+        super().__init__(fed)
+        self.clip_norms: list[list[float]] = []
+
+    def server_rule(self, r, stacked, sizes):
+        cfg = self.fed.cfg
+        gen = torch.Generator().manual_seed(seeding.int_seed(cfg.seed, "dp-noise", r))
+        new, norms = dpfedavg.aggregate(self.global_params, stacked, sizes, clip=cfg.dp_clip,
+                                        sigma=cfg.dp_sigma, generator=gen)
+        self.clip_norms.append(norms.tolist())
+        return new
+
+    def summary_extra(self) -> dict:
+        cfg, fed = self.fed.cfg, self.fed
+        m = max(1, int(np.floor(cfg.participation * cfg.clients + 1e-9)))
+        eps = dpfedavg.rdp_epsilon(sigma=cfg.dp_sigma, rounds=cfg.rounds, sampling_rate=m / cfg.clients,
+                                   delta=cfg.dp_delta)
+        return {"dp": {"epsilon": eps, "delta": cfg.dp_delta, "noise_multiplier": cfg.dp_sigma,
+                       "clip": cfg.dp_clip, "accountant": "RDP (dp-accounting), user-level",
+                       "label": "what this noise would give under user-level RDP accounting; "
+                                "the baseline itself is not a certified DP mechanism",
+                       "fraction_clipped": float(np.mean([np.mean(np.array(n) > cfg.dp_clip)
+                                                          for n in self.clip_norms])) if self.clip_norms else None}}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "clip_norms": self.clip_norms}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.clip_norms = state.get("clip_norms", [])
+
+
+METHODS = {
+    "single": SingleClientSimulation,
+    "centralized": CentralizedSimulation,
+    "fedavg": FedAvgSimulation,
+    "fedprox": FedProxSimulation,
+    "fednova": FedNovaSimulation,
+    "dpfedavg": DPFedAvgSimulation,
+}
