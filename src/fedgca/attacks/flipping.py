@@ -114,7 +114,9 @@ def train_surrogate(
     resets only on a relative improvement of at least ``rel_tol``
     (``patience`` epochs without one stop training). With no validation rows
     (``val_fraction`` = 0 or M < 2) the training loss plays that role.
-    Returns the surrogate in eval mode; its ``forward`` is T̃.
+    Returns the surrogate in eval mode; its ``forward`` is T̃. Its
+    ``fit_info`` dict records epochs run, best epoch, best validation loss
+    and the split sizes.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
     z = _codes_tensor(codes, device)
@@ -128,16 +130,24 @@ def train_surrogate(
     gen = torch.Generator().manual_seed(seeding.int_seed(seed, "surrogate_batches"))
 
     best_loss, best_state, stale = flipped_loss(model, z_val), copy.deepcopy(model.state_dict()), 0
-    for _ in range(max_epochs):
+    best_epoch, epochs = 0, 0
+    for epochs in range(1, max_epochs + 1):
         model.train()
         _epoch(model, opt, z_train, batch_size, gen)
         model.eval()
         val = flipped_loss(model, z_val)
         rel = (best_loss - val) / max(best_loss, torch.finfo(torch.float32).tiny)
         if val < best_loss:
-            best_loss, best_state = val, copy.deepcopy(model.state_dict())
+            best_loss, best_state, best_epoch = val, copy.deepcopy(model.state_dict()), epochs
         stale = 0 if rel >= rel_tol else stale + 1
         if stale >= patience:
             break
     model.load_state_dict(best_state)
+    model.fit_info = {
+        "epochs": epochs,
+        "best_epoch": best_epoch,
+        "best_val_loss": best_loss,
+        "n_train": len(train_idx),
+        "n_val": len(val_idx),
+    }
     return model.eval()

@@ -47,7 +47,7 @@ def _register_sweep_report_comm(sub) -> None:
                                    "runs resume, failed runs are recorded and retried on the next invocation.")
     p.add_argument("spec", help="sweep file (TOML: [base] and [grid] / [[grid]] tables of RunConfig fields)")
     p.add_argument("--out", help="sweep directory (default: the file's `out`)")
-    p.add_argument("--workers", type=int, default=1, help="runs in parallel, one process each (default 1)")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel, one process each (default 1; 0 = in this process)")
     p.add_argument("--data-dir", help="dataset directory (default: the file's `data_dir`, $FEDGCA_DATA_DIR, cache)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.add_argument("--no-retry-failed", action="store_true", help="leave runs whose last attempt failed alone")

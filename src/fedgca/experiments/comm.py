@@ -3,9 +3,10 @@
 For one dataset and K the function :func:`measure` builds, for one round with
 every client participating,
 
-- the GCA uploads: client i's ⌊ρ·N_i⌋ codes ``E(x)`` (float32 ``[⌊ρN_i⌋, D_z]``,
-  the row count from :func:`fedgca.protocol.gca.upload_size`, the codes from
-  the SPEC §3 model's encoder, checked by the server's ``validate_upload``);
+- the GCA uploads: client i's ⌊ρ·N_i⌋ codes as float32 ``[⌊ρN_i⌋, D_z]``
+  arrays (the row count from :func:`fedgca.protocol.gca.upload_size`, D_z the
+  width the SPEC §3 model's encoder outputs), checked by the server's
+  ``validate_upload``;
 - the GCA broadcast: :func:`fedgca.protocol.gca.broadcast_payload` of a
   K-centroid :class:`~fedgca.protocol.clustering.ClusterSummary`, once per client;
 - the FL payloads (FedAvg, FedProx, FedNova, DP-FedAvg): the model's parameter
@@ -13,8 +14,8 @@ every client participating,
 
 sums their ``nbytes`` and asserts that the sums equal the SPEC §7 formulas
 (GCA up = β U D_z, GCA down = β C K (D_z + 1), FL up = down = β C P, β = 4).
-Nothing is trained: the encoder is a freshly initialised model, and the size
-of a payload does not depend on its values.
+Nothing is trained or encoded beyond one probe input: the size of a payload
+does not depend on its values.
 
 Inputs: C and ρ are the dataset presets (or overrides); the client sizes N_i
 are those of the IID partition of the training normals (SPEC §4). They come
@@ -24,7 +25,7 @@ here), else from :data:`KNOWN_TRAIN`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -64,8 +65,6 @@ class Inputs:
     input_shape: tuple[int, ...]
     client_sizes: list[int]
     source: str  # "loaded" | "documented" | "run"
-    train_rows: np.ndarray | None = field(default=None, repr=False)  # when loaded: codes come from real rows
-    partition: list[np.ndarray] | None = field(default=None, repr=False)
 
 
 def dataset_inputs(dataset: str, data_dir=None, *, clients: int | None = None, rho: float | None = None,
@@ -78,21 +77,19 @@ def dataset_inputs(dataset: str, data_dir=None, *, clients: int | None = None, r
     preset = DATASET_PRESETS[dataset]
     c = clients if clients is not None else preset["clients"]
     r = rho if rho is not None else preset["rho"]
-    train, source = None, "documented"
+    n, shape = KNOWN_TRAIN[dataset]
+    source = "documented"
     if use_loader:
         try:
             ds = load_dataset(dataset, data_dir, seed=PARTITION_SEED, download=False)
-            train, shape, source = ds.train, tuple(ds.input_shape), "loaded"
-            n = len(train)
+            n, shape, source = len(ds.train), tuple(ds.input_shape), "loaded"
             if (n, shape) != KNOWN_TRAIN[dataset]:
                 log.warning("%s: loader gives %d training normals of shape %s (documented: %d, %s); using the loader's",
                             dataset, n, shape, *KNOWN_TRAIN[dataset])
         except DataError as err:
             log.debug("%s: files not available (%s); using the documented sizes", dataset, err)
-    if train is None:
-        n, shape = KNOWN_TRAIN[dataset]
     parts = iid_partition(n, c, PARTITION_SEED)
-    return Inputs(dataset, c, r, shape, [len(p) for p in parts], source, train, parts)
+    return Inputs(dataset, c, r, shape, [len(p) for p in parts], source)
 
 
 def run_inputs(summary: dict) -> Inputs:
@@ -103,10 +100,18 @@ def run_inputs(summary: dict) -> Inputs:
 
 
 @torch.no_grad()
-def _encode(model, rows: np.ndarray | None, n: int, shape) -> np.ndarray:
-    x = torch.as_tensor(rows, dtype=torch.float32) if rows is not None else torch.zeros((n, *shape))
+def code_width(model, input_shape) -> int:
+    """D_z as the encoder actually produces it (one probe input), checked against ``latent_dim``."""
     model.eval()
-    return model.encoder(x).reshape(n, -1).numpy().astype(np.float32, copy=False)
+    dz = int(model.encoder(torch.zeros((1, *input_shape))).reshape(1, -1).shape[1])
+    _agree(dz == int(model.latent_dim), f"encoder output width {dz} != latent_dim {model.latent_dim}")
+    return dz
+
+
+def _agree(ok: bool, message: str) -> None:
+    """The measured payloads must agree with SPEC §7 (a real check, not an ``assert`` that -O removes)."""
+    if not ok:
+        raise RuntimeError(f"communication accounting: {message}")
 
 
 def measure(inp: Inputs, ks=K_GRID, seed: int = PARTITION_SEED) -> list[dict]:
@@ -117,36 +122,34 @@ def measure(inp: Inputs, ks=K_GRID, seed: int = PARTITION_SEED) -> list[dict]:
 
     torch.manual_seed(seed)
     model = build_model(inp.input_shape)
-    dz, p = int(model.latent_dim), int(param_count(model))
-    rng = np.random.default_rng(seed)
+    dz, p = code_width(model, inp.input_shape), int(param_count(model))
 
-    # GCA up: each client's ⌊ρN_i⌋ codes, as the server receives and validates them.
-    uploads = []
-    for i, n_i in enumerate(inp.client_sizes):
-        picks = gca.sample_upload(rng, n_i, inp.rho)
-        rows = None
-        if inp.train_rows is not None and inp.partition is not None:
-            rows = inp.train_rows[inp.partition[i][picks]]
-        codes = _encode(model, rows, len(picks), inp.input_shape)
-        uploads.append(gca.validate_upload(codes, max_rows=gca.upload_size(n_i, inp.rho), latent_dim=dz))
+    # GCA up: each client's ⌊ρN_i⌋ codes (float32 [⌊ρN_i⌋, D_z]), as the server receives and validates them.
+    # Values do not change sizes, so no encoder pass over the data is needed (nothing is trained either).
+    uploads = [
+        gca.validate_upload(np.zeros((gca.upload_size(n_i, inp.rho), dz), np.float32),
+                            max_rows=gca.upload_size(n_i, inp.rho), latent_dim=dz)
+        for n_i in inp.client_sizes
+    ]
     u = sum(len(z) for z in uploads)
     up = sum(z.nbytes for z in uploads)
 
     # FL: the parameter tensors, up and down, once per client.
-    fl_payload = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
-    fl_up = sum(sum(a.nbytes for a in fl_payload.values()) for _ in range(inp.clients))
-    fl_down = fl_up
+    client_params = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}  # θ_i, sent up
+    global_params = {k: v.copy() for k, v in client_params.items()}  # θ^(r+1), sent down
+    fl_up = sum(sum(a.nbytes for a in client_params.values()) for _ in range(inp.clients))
+    fl_down = sum(sum(a.nbytes for a in global_params.values()) for _ in range(inp.clients))
 
-    assert up == BETA * u * dz, (up, u, dz)
-    assert fl_up == BETA * inp.clients * p, (fl_up, inp.clients, p)
+    _agree(up == BETA * u * dz, f"GCA upload {up} B != 4·U·D_z = 4·{u}·{dz}")
+    _agree(fl_up == fl_down == BETA * inp.clients * p, f"FL payload {fl_up} B != 4·C·P = 4·{inp.clients}·{p}")
     if len(inp.input_shape) == 1:
-        assert p == 513 * inp.input_shape[0] + 35_472, p
+        _agree(p == 513 * inp.input_shape[0] + 35_472, f"tabular P = {p} != 513·dx + 35,472")
 
     rows = []
     for k in ks:
         payload = gca.broadcast_payload(ClusterSummary(np.zeros((k, dz), np.float32), np.ones(k, np.float32)))
         down = sum(sum(a.nbytes for a in payload.values()) for _ in range(inp.clients))
-        assert down == BETA * inp.clients * k * (dz + 1), (down, k, dz)
+        _agree(down == BETA * inp.clients * k * (dz + 1), f"GCA broadcast {down} B != 4·C·K·(D_z+1) at K={k}")
         gca_total, fl_total = up + down, fl_up + fl_down
         rows.append({
             "dataset": inp.dataset, "k": int(k), "C": inp.clients, "U": int(u), "D_z": dz, "P": p,
@@ -217,9 +220,12 @@ def render(rows: list[dict], fmt: str = "md", sources: dict | None = None) -> st
     (ih, ib), (mh, mb) = grids(rows)
     note = ""
     if sources:
-        doc = [d for d, s in sources.items() if s == "documented"]
-        note = ("N_i: IID partition of the training normals, from the loaded files"
-                + (f"; documented sizes (files not found) for {', '.join(doc)}" if doc else "") + ".\n")
+        loaded = [d for d, src in sources.items() if src == "loaded"]
+        doc = [d for d, src in sources.items() if src == "documented"]
+        note = "N_i: the IID partition of each dataset's training normals"
+        note += f"; loaded from the files for {', '.join(loaded)}" if loaded else ""
+        note += f"; documented sizes (files not found) for {', '.join(doc)}" if doc else ""
+        note += ".\n"
     return (
         "### Communication inputs (C clients, U codes uploaded per round, latent D_z, model parameters P)\n\n"
         + md_table(ih, ib) + "\n" + note + "\n"

@@ -24,7 +24,7 @@ events (with the config and, for failures, the error text). A failed run does
 not stop the sweep; the next invocation retries it.
 
 Runs execute in worker processes (``--workers N``, one fresh process per run,
-each with ``max(1, cores // N)`` torch threads). A sweep killed at any moment
+each with ``max(1, cores // N)`` torch threads and single-threaded BLAS). A sweep killed at any moment
 resumes with nothing lost or duplicated: each run holds an exclusive lock on
 its directory while it runs (so an orphaned worker and a restarted sweep never
 write the same run), and a ``finished`` event is written exactly once per key
@@ -153,14 +153,22 @@ class Ledger:
     def __init__(self, path: Path):
         self.path = Path(path)
 
-    def append(self, event: str, key: str, **fields) -> None:
+    def append(self, event: str, key: str, *, once: bool = False, **fields) -> bool:
+        """Append one event; with ``once``, only if ``key`` has no such event yet (checked under the lock,
+        so that two sweeps sharing a directory never record a run twice). Returns whether it wrote."""
         line = json.dumps({"event": event, "key": key, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                            "pid": os.getpid(), **fields}, sort_keys=False) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             _lock(fd)
+            if once and any(e.get("event") == event and e.get("key") == key for e in self.events()):
+                return False
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn last line (crash mid-write): end it
+                line = "\n" + line
             os.write(fd, line.encode())
             os.fsync(fd)
+            return True
         finally:
             os.close(fd)  # closing releases the lock
 
@@ -216,11 +224,28 @@ def status(root: Path, configs: list[RunConfig]) -> dict[str, str]:
     return out
 
 
+_LIMITS: list = []  # keeps the worker's thread limits alive
+
+
 def _worker_init(threads: int, verbose: bool) -> None:
     """Runs in each fresh worker process: thread budget, logging, and exit when the sweep dies."""
+    # BLAS on the tiny matrices of a tabular GMM (16×16 covariances) is several times slower with more
+    # than one thread when cores are shared; torch gets the run's share of the cores.
+    blas_env = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+    user_set = any(v in os.environ for v in blas_env)
+    for v in blas_env:
+        os.environ.setdefault(v, "1")
+    import scipy.linalg  # noqa: F401  (load the BLAS libraries so that the limit reaches them)
     import torch
 
     torch.set_num_threads(threads)
+    if not user_set:
+        try:
+            from threadpoolctl import threadpool_limits
+
+            _LIMITS.append(threadpool_limits(1, user_api="blas"))
+        except ImportError:
+            pass
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s [run %(process)d] %(message)s")
     parent = os.getppid()
@@ -262,6 +287,25 @@ def execute(cfg_dict: dict, out: str, root: str, data_dir: str | None) -> dict:
         os.close(fd)
 
 
+def _record(ledger: Ledger, finished: set, result: dict, cfg: RunConfig, root: Path, n_todo: int, res: dict) -> None:
+    """The parent's ledger entry for a run's outcome (at most one "finished" per key, ever)."""
+    key, d = cfg.key(), run_dir(root, cfg)
+    if res["status"] == "finished":
+        if key not in finished:
+            ledger.append("finished", key, once=True, out=str(d), config=cfg.to_dict(),
+                          **{k: v for k, v in res.items() if k != "status"})
+            finished.add(key)
+        result["finished"] += 1
+        done = result["finished"] + len(result["failed"])
+        log.info("[%d/%d] finished %s (%s)%s", done, n_todo, key, describe(cfg),
+                 f" peak acc {res['peak_accuracy']:.4f}" if "peak_accuracy" in res else "")
+    else:
+        ledger.append("failed", key, out=str(d), config=cfg.to_dict(), error=res["error"],
+                      traceback=res.get("traceback", ""))
+        result["failed"].append({"key": key, "run": describe(cfg), "error": res["error"]})
+        log.error("run %s (%s) failed: %s", key, describe(cfg), res["error"])
+
+
 def describe(cfg: RunConfig) -> str:
     parts = [cfg.dataset, cfg.method, f"seed={cfg.seed}", f"partition={cfg.partition}"]
     if cfg.method == "gca":
@@ -285,7 +329,7 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         key, d = cfg.key(), run_dir(root, cfg)
         if states[key] == "finished":
             if key not in finished:  # its summary was written just before a kill
-                ledger.append("finished", key, recovered=True, out=str(d), config=cfg.to_dict())
+                ledger.append("finished", key, once=True, recovered=True, out=str(d), config=cfg.to_dict())
                 finished.add(key)
             continue
         if states[key] == "failed" and not retry_failed:
@@ -297,59 +341,52 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     if not todo:
         return result
 
+    if int(workers) <= 0:  # in this process, one run after another (debugging; no isolation)
+        for cfg in todo:
+            _record(ledger, finished, result, cfg, root, len(todo),
+                    execute(cfg.to_dict(), str(run_dir(root, cfg)), str(root), None if data_dir is None else str(data_dir)))
+        return result
+
     workers = max(1, min(int(workers), len(todo)))
     threads = max(1, (os.cpu_count() or 1) // workers)
     ctx = multiprocessing.get_context("spawn")
-    pending = list(todo)
-    while pending:
-        broken: list[RunConfig] = []
+    pending, suspects = list(todo), []
+    while pending or suspects:
+        # A worker that dies (killed, out of memory) breaks the whole pool. Runs that had not started are
+        # submitted again; runs that were in flight are re-run one at a time in a pool of their own, and
+        # only a run that breaks its own pool is recorded as failed.
+        if pending:
+            batch, n, isolated = pending, workers, False
+        else:
+            batch, n, isolated = [suspects.pop(0)], 1, True
         events_before = len(ledger.events())
-        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1,
+        broken: list[RunConfig] = []
+        with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
                                     initializer=_worker_init, initargs=(threads, verbose)) as pool:
             futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root),
-                                   None if data_dir is None else str(data_dir)): c for c in pending}
+                                   None if data_dir is None else str(data_dir)): c for c in batch}
             for fut in cf.as_completed(futures):
                 cfg = futures[fut]
-                key, d = cfg.key(), run_dir(root, cfg)
                 try:
                     res = fut.result()
                 except cf.process.BrokenProcessPool:
                     broken.append(cfg)
                     continue
-                if res["status"] == "finished":
-                    if key not in finished:
-                        ledger.append("finished", key, out=str(d), config=cfg.to_dict(),
-                                      **{k: v for k, v in res.items() if k != "status"})
-                        finished.add(key)
-                    result["finished"] += 1
-                    done = result["finished"] + len(result["failed"])
-                    log.info("[%d/%d] finished %s (%s)%s", done, len(todo), key, describe(cfg),
-                             f" peak acc {res['peak_accuracy']:.4f}" if "peak_accuracy" in res else "")
-                else:
-                    ledger.append("failed", key, out=str(d), config=cfg.to_dict(), error=res["error"],
-                                  traceback=res.get("traceback", ""))
-                    result["failed"].append({"key": key, "run": describe(cfg), "error": res["error"]})
-                    log.error("run %s (%s) failed: %s", key, describe(cfg), res["error"])
-        # A worker that died (killed, out of memory) breaks the pool: the runs that had started
-        # and did not finish are recorded as failed; the others are submitted again.
+                _record(ledger, finished, result, cfg, root, len(todo), res)
         started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
-        if broken and not started:  # the pool breaks before any run starts: do not loop forever
+        if broken and not started:  # the pool broke before any run started: do not loop forever
             started = {c.key() for c in broken}
         pending = []
         for cfg in broken:
-            key = cfg.key()
             if (run_dir(root, cfg) / SUMMARY).exists():
-                if key not in finished:
-                    ledger.append("finished", key, recovered=True, out=str(run_dir(root, cfg)), config=cfg.to_dict())
-                    finished.add(key)
-                result["finished"] += 1
-            elif key in started:
-                err = "worker process died (killed, out of memory, or could not start)"
-                ledger.append("failed", key, out=str(run_dir(root, cfg)), config=cfg.to_dict(), error=err)
-                result["failed"].append({"key": key, "run": describe(cfg), "error": err})
-                log.error("run %s (%s) failed: %s", key, describe(cfg), err)
-            else:
+                _record(ledger, finished, result, cfg, root, len(todo), {"status": "finished", "recovered": True})
+            elif cfg.key() not in started:
                 pending.append(cfg)
+            elif not isolated:
+                suspects.append(cfg)
+            else:
+                _record(ledger, finished, result, cfg, root, len(todo), {
+                    "status": "failed", "error": "worker process died (killed, out of memory, or could not start)"})
     return result
 
 

@@ -21,6 +21,7 @@ a real federation.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from types import SimpleNamespace
@@ -129,7 +130,7 @@ def info(msg: Message, context: Context) -> Message:
     values = {"client-id": cid, "source": source}
     if source == "csv" and STATE_SETUP not in context.state.config_records:
         schema, _ = node_data.csv_encoded_training_rows(run_config_from_record(msg.content[CONFIG]), nc, cid)
-        values.update({"schema-digest": schema.digest(), "ready": False})
+        values.update({"schema-digest": schema.digest(), "schema": json.dumps(schema.raw), "ready": False})
     else:
         cfg, node = _node(msg, context)
         values.update({"num-examples": int(len(node.train)), "input-shape": [int(s) for s in node.input_shape],
@@ -221,7 +222,8 @@ def _local_train(msg: Message, context: Context, cfg, node) -> Message:
     extra = None
     if cfg.method == "fedprox" and cfg.fedprox_coef:
         extra = lambda: cfg.fedprox_coef * fedprox.proximal_term(clients.params, global_params)  # noqa: E731
-    _local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra)
+    _local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra,
+                    client_ids=[node.client_id])
     _save(context, clients)
     n = int(len(node.train))
     tau = float(fednova.local_steps([n], cfg.local_epochs, cfg.batch_size)[0])

@@ -15,8 +15,8 @@ random draw (``fedgca.seeding``); it defaults to ``partition-id``.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from threading import Lock
 
 import numpy as np
@@ -95,12 +95,52 @@ def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
         parts, val = split_validation(partition_rows(cfg, ds.train), cfg.val_fraction, cfg.seed)
         return ds, parts, val
 
-    ds, parts, val = _cached(key, build)
+    def arrays():
+        ds, parts, val = _cached(key, build)
+        return {"train": ds.train[parts[pid]], "val": ds.train[val[pid]], "test_x": ds.test_x, "test_y": ds.test_y,
+                "kind": np.array(ds.kind)}
+
+    a = _disk_cached(node_config, (*key, pid), arrays)
     return NodeData(
-        client_id=client_id, source="builtin", train=ds.train[parts[pid]],
-        val=ds.train[val[pid]] if len(val[pid]) else None, test_x=ds.test_x, test_y=ds.test_y,
-        kind=ds.kind, num_partitions=n_parts,
+        client_id=client_id, source="builtin", train=a["train"], val=a["val"] if len(a["val"]) else None,
+        test_x=a["test_x"], test_y=a["test_y"], kind=str(a["kind"]), num_partitions=n_parts,
     )
+
+
+def _disk_cached(node_config: dict, key: tuple, build) -> dict[str, np.ndarray]:
+    """A deployed ClientApp is a fresh process per message: keep this node's prepared arrays on its disk.
+
+    ``cache-dir`` (node config; default: fedgca's user cache + ``/flower-nodes``) holds one .npz per
+    (dataset, data files, seed, partition); ``cache-dir=""`` turns it off. Files are keyed by the
+    dataset files' sizes and modification times, so replacing a data file invalidates them.
+    """
+    import hashlib
+    import os
+
+    from fedgca.data.paths import default_cache_dir, resolve_data_dir
+
+    root = node_config.get("cache-dir", str(default_cache_dir() / "flower-nodes"))
+    if not root:
+        return build()
+    ds_dir = resolve_data_dir(key[2]) / key[1]
+    files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in ds_dir.rglob("*") if p.is_file()) \
+        if ds_dir.is_dir() else []
+    digest = hashlib.sha256(repr((key, str(ds_dir.resolve()), files)).encode()).hexdigest()[:24]
+    path = Path(root) / f"{key[1]}-{digest}.npz"
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except (OSError, ValueError, KeyError):
+        pass
+    out = build()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+        np.savez(tmp, **out)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only node still works, just without the cache
+    return out
 
 
 def csv_frame(node_config: dict):
@@ -145,7 +185,3 @@ def csv_data(cfg: RunConfig, node_config: dict, client_id: int, preprocessor) ->
         test_x=preprocessor.transform(ev) if ev is not None else None, test_y=ev_y,
         kind="tabular", schema_digest=schema.digest(),
     )
-
-
-def run_config_for_node(cfg: RunConfig, **changes) -> RunConfig:
-    return dataclasses.replace(cfg, **changes)

@@ -355,8 +355,8 @@ def _gca_families(groups: list[Group], partition: str, weights: str | None = "in
 
 def k_tables(groups, setting, partition: str, tag: str, heading: str) -> list[Table]:
     fam = _gca_families(groups, partition)
-    if not fam:
-        return []
+    if not any(len({g.k for g in gs}) > 1 for gs in fam.values()):
+        return []  # no K sweep here: the comparison captions name the K used
     labels = _variant_labels([g for gs in fam.values() for g in gs])
     ks = sorted({g.k for gs in fam.values() for g in gs})
     order = sorted(fam, key=lambda f: (_dataset_rank(f[0]), _backend_rank(f[1]), str(f[2])))
@@ -554,7 +554,8 @@ _TEX_MAP = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": 
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$", "Δ": r"$\Delta$",
             "ρ": r"$\rho$", "α": r"$\alpha$", "μ": r"$\mu$", "σ": r"$\sigma$", "∈": r"$\in$", "Σ": r"$\Sigma$",
             "⌊": r"$\lfloor$", "⌋": r"$\rfloor$", "·": r"$\cdot$", "−": "--", "—": "---", "≤": r"$\le$",
-            "×": r"$\times$", "→": r"$\to$"}
+            "×": r"$\times$", "→": r"$\to$", "≥": r"$\ge$", "ε": r"$\varepsilon$", "§": r"\S{}",
+            "γ": r"$\gamma$", "φ": r"$\varphi$", "β": r"$\beta$", "’": "'", "“": "``", "”": "''"}
 _TEX_TOKEN = re.compile(r"K\*|\d\^\d+|[" + re.escape("".join(_TEX_MAP)) + "]")
 
 
@@ -576,11 +577,11 @@ def tex_escape(s) -> str:
 def tex_table(t: Table) -> str:
     cols = "l" * t.label_cols + "r" * (len(t.head) - t.label_cols)
     lines = [r"\begin{table}[ht]", r"\centering", r"\small", r"\caption{" + tex_escape(t.caption()) + "}",
-             r"\label{tab:" + t.id.replace("_", "-") + "}", r"\resizebox{\linewidth}{!}{%",
+             r"\label{tab:" + t.id.replace("_", "-") + "}", r"\begin{adjustbox}{max width=\linewidth}",
              r"\begin{tabular}{" + cols + "}", r"\toprule", " & ".join(tex_escape(h) for h in t.head) + r" \\",
              r"\midrule"]
     lines += [" & ".join(tex_escape(c) for c in row) + r" \\" for row in t.grid()]
-    lines += [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{adjustbox}", r"\end{table}", ""]
     return "\n".join(lines)
 
 
@@ -629,12 +630,13 @@ def build(root, exclude: Path | None = None) -> dict:
             tag = "iid" if part == "iid" else "noniid"
             if part != "iid" and sum(p != "iid" for p in parts) > 1:
                 tag += re.sub(r"\W+", "", part.split("(")[1])
-            tag += suffix
-            heading = "IID" if part == "iid" else f"Non-IID ({part.replace('alpha', 'α')})"
+            heading = "IID" if part == "iid" else "Non-IID (Dirichlet " + part[10:-1].replace("alpha", "α") + ")"
             ts += comparison_tables(groups, setting, part, tag, f"{heading} comparison")
             ts += k_tables(groups, setting, part, tag, f"{heading} K sweep")
             ts += weight_tables(groups, setting, part, tag, f"{heading} weighting ablation")
             columns[setting][part] = comparison_columns(groups, part)
+        for t in ts:
+            t.id += suffix
         n = sum(len(g.runs) for g in groups)
         title = "Results" if len(settings) == 1 else f"Setting {i + 1}"
         sections.append(Section(title, ts, f"Setting: {_setting_text(setting)} ({n} runs)."))
@@ -700,6 +702,8 @@ def _markdown(root: Path, data: dict, images: list[Path]) -> str:
              f"pairs), {len(data['attacks'])} attack results. Cells: mean ± sample std over seeds.", ""]
     for n in data["notes"]:
         lines.append(f"- note: {n}")
+    if data["notes"]:
+        lines.append("")
     for s in data["sections"]:
         lines += [f"## {s.title}", ""]
         if s.intro:
@@ -713,12 +717,16 @@ def _markdown(root: Path, data: dict, images: list[Path]) -> str:
 
 def _latex(root: Path, data: dict, images: list[Path]) -> str:
     parts = [r"\documentclass{article}", r"\usepackage[margin=2cm]{geometry}", r"\usepackage{booktabs}",
-             r"\usepackage{graphicx}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
+             r"\usepackage{graphicx}", r"\usepackage{adjustbox}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
              r"\begin{document}", r"\section*{fedgca report}",
              tex_escape(f"{len(data['runs'])} finished runs from {root}. Cells: mean ± sample std over seeds."), ""]
     for s in data["sections"]:
         parts += [r"\subsection*{" + tex_escape(s.title) + "}", tex_escape(s.intro), ""]
-        parts += [tex_table(t) for t in s.tables]
+        for i, t in enumerate(s.tables):
+            parts.append(tex_table(t))
+            if i % 8 == 7:
+                parts.append(r"\clearpage")  # LaTeX holds at most 18 floats in waiting
+        parts.append(r"\clearpage")
     for p in images:
         parts += [r"\begin{figure}[ht]\centering", r"\includegraphics[width=0.9\linewidth]{" + p.name + "}",
                   r"\caption{" + tex_escape(p.stem) + "}", r"\end{figure}", ""]

@@ -1,0 +1,139 @@
+"""CLI: ``fedgca flower simulate | app-dir | certs | deploy-local``."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    from fedgca.cli.main import _run_options
+
+    p = sub.add_parser("flower", help="run fedgca's Flower apps: local simulation, app project, TLS, deployment")
+    fsub = p.add_subparsers(dest="flower_command", required=True)
+
+    s = fsub.add_parser("simulate", help="a local Flower simulation (the real ServerApp/ClientApp, no SuperLink)")
+    _run_options(s)
+    s.add_argument("--engine", default="inprocess", choices=("inprocess", "ray"),
+                   help="inprocess (default; deterministic, no extra dependency) or ray (Flower's Simulation "
+                        "Engine; needs flwr[simulation])")
+    _flower_options(s)
+    s.set_defaults(func=cmd_simulate)
+
+    a = fsub.add_parser("app-dir", help="write a Flower App project for `flwr run` and print the deployment commands")
+    a.add_argument("dir", help="directory to write (pyproject.toml with [tool.flwr.app])")
+    _run_options(a)
+    _flower_options(a)
+    a.add_argument("--superlink-host", default="<superlink-host>", help="address the SuperNodes dial")
+    a.add_argument("--port", type=int, default=9092, help="SuperLink port (Fleet, Control and Runtime APIs)")
+    a.add_argument("--insecure", action="store_true", help="print commands without TLS (testing only)")
+    a.add_argument("--own-data", action="store_true", help="print SuperNode commands for own CSV data")
+    a.set_defaults(func=cmd_app_dir)
+
+    c = fsub.add_parser("certs", help="create a CA and a SuperLink certificate for a TLS deployment")
+    c.add_argument("dir")
+    c.add_argument("--host", action="append", help="SuperLink host name or IP for the certificate (repeatable; "
+                                                   "default 127.0.0.1 and localhost)")
+    c.add_argument("--days", type=int, default=365)
+    c.set_defaults(func=cmd_certs)
+
+    d = fsub.add_parser("deploy-local", help="start a SuperLink and one SuperNode per client on 127.0.0.1, "
+                                             "run the federation with `flwr run`, stop everything")
+    _run_options(d)
+    _flower_options(d)
+    d.add_argument("--tls", action="store_true", help="TLS with a CA and certificates made for this run")
+    d.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is abandoned")
+    d.set_defaults(func=cmd_deploy_local)
+
+
+def _flower_options(p) -> None:
+    p.add_argument("--reply-timeout", type=float, default=3600.0,
+                   help="seconds a phase waits for replies; a silent node is dropped from the round")
+    p.add_argument("--no-eval-recon-epochs", action="store_true",
+                   help="GCA: evaluate once per round only (not after every reconstruction epoch)")
+
+
+def _config(args):
+    from fedgca.cli.commands import config_from_args
+
+    if getattr(args, "resume", False):
+        raise ValueError("--resume is not supported for Flower runs")
+    return config_from_args(args)
+
+
+def _options(args, out) -> dict:
+    return {"out_dir": str(Path(out).resolve()), "reply_timeout": args.reply_timeout,
+            "eval_recon_epochs": not args.no_eval_recon_epochs}
+
+
+def _out(args, cfg, kind: str) -> Path:
+    return Path(args.out) if args.out else Path("runs") / f"{cfg.dataset}-{cfg.method}-{cfg.seed}-flower-{kind}"
+
+
+def _brief(summary: dict) -> str:
+    keys = ("dataset", "method", "seed", "rounds", "clients", "wall_seconds", "round_wall_seconds")
+    brief = {k: summary[k] for k in keys if k in summary}
+    for p in ("final", "peak", "selected"):
+        if p in summary:
+            brief[p] = {m: round(summary[p][m], 4) for m in ("accuracy", "auroc", "auprc")}
+    brief["participation"] = summary.get("participation")
+    return json.dumps(brief, indent=1)
+
+
+def cmd_simulate(args) -> int:
+    from fedgca.flower.simulation import simulate
+
+    cfg = _config(args)
+    out = _out(args, cfg, args.engine)
+    opts = {k: v for k, v in _options(args, out).items() if k != "out_dir"}
+    summary = simulate(cfg, out, engine=args.engine, data_dir=args.data_dir, **opts)
+    print(_brief(summary))
+    print(f"results in {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_app_dir(args) -> int:
+    from fedgca.flower.config import to_run_config
+    from fedgca.flower.deploy import deployment_commands, write_app
+
+    cfg = _config(args)
+    out = Path(args.out) if args.out else Path(args.dir) / "results"
+    app = write_app(args.dir, to_run_config(cfg, **_options(args, out)))
+    print(f"# Flower App project written to {app} (results of a run go to {out} on the SuperLink machine)")
+    print(deployment_commands(cfg.clients, superlink_host=args.superlink_host, port=args.port,
+                              tls=not args.insecure, dataset_nodes=not args.own_data))
+    return 0
+
+
+def cmd_certs(args) -> int:
+    from fedgca.flower.deploy import make_certificates
+
+    hosts = tuple(args.host or ("127.0.0.1", "localhost"))
+    c = make_certificates(args.dir, hosts, days=args.days)
+    print(f"CA certificate   {c.ca_cert}   (give to every SuperNode and to `flwr run`)")
+    print(f"server cert/key  {c.server_cert} {c.server_key}   (SuperLink only; keep the key private)")
+    return 0
+
+
+def cmd_deploy_local(args) -> int:
+    from fedgca.flower.config import to_run_config
+    from fedgca.flower.deploy import LocalDeployment, write_app
+
+    cfg = _config(args)
+    out = _out(args, cfg, "deploy").resolve()
+    work = out / "deployment"
+    app = write_app(work / "app", to_run_config(cfg, **_options(args, out)))
+    nodes = [{"partition-id": i, "num-partitions": cfg.clients} | ({"data-dir": str(Path(args.data_dir).resolve())}
+                                                                      if args.data_dir else {})
+             for i in range(cfg.clients)]
+    with LocalDeployment(work, nodes, tls=args.tls) as dep:
+        print(f"SuperLink on {dep.address} ({'TLS' if args.tls else 'insecure'}), {len(nodes)} SuperNodes; "
+              f"logs in {dep.logs}", file=sys.stderr)
+        res = dep.run(app, timeout=args.timeout)
+    summary_path = out / "summary.json"
+    if res.returncode != 0 or not summary_path.exists():
+        print(res.stdout[-4000:], file=sys.stderr)
+        raise RuntimeError(f"the Flower run failed (flwr run exit code {res.returncode}); logs in {work / 'logs'}")
+    print(_brief(json.loads(summary_path.read_text())))
+    print(f"results in {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,358 @@
+"""fedgca's Flower apps in this process (no SuperLink): equivalence with the simulator, robustness,
+baselines through Flower's strategies, own-data preprocessing, CLI. Deployments: test_flower_deploy.py."""
+import csv
+import importlib.util
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+from fedgca.cli.main import main as cli_main
+from fedgca.config import RunConfig
+from fedgca.flower import owndata
+from fedgca.flower.config import parse_run_config, to_run_config
+from fedgca.flower.records import stacked_state_from_record, stacked_state_record
+from fedgca.flower.server import check_codes
+from fedgca.flower.simulation import simulate
+from fedgca.protocol.gca import UploadError
+from fedgca.simulation.runner import run
+
+# Float tolerance of the equivalence test. The simulator trains all C clients in one vmap-ed
+# computation; a Flower client is the same code with C = 1. Batched float32 matrix products over 3
+# clients and over 1 round differently (observed: parameters within ~1e-6 after an epoch, metrics
+# within ~2e-7); 2.5e-4 is below one test row of accuracy on magic's 13,376-row test set times 3.
+ATOL = 2.5e-4
+METRICS = ("accuracy", "auroc", "auprc")
+
+
+def _rows(path: Path) -> list[dict]:
+    return list(csv.DictReader((path / "metrics.csv").open()))
+
+
+def _magic(**kw) -> RunConfig:
+    return RunConfig(**{"dataset": "magic", "clients": 3, "rounds": 2, "recon_epochs": 1, "align_epochs": 1,
+                        "seed": 100, **kw})
+
+
+# ---------------------------------------------------------------------------- equivalence (acceptance)
+
+
+def test_gca_flower_simulation_matches_simulator(tmp_path, data_dir):
+    """Magic, 3 clients, 2 rounds, same config and seed: same client metrics, uploads and bytes."""
+    cfg = _magic()
+    fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
+    sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
+    a, b = _rows(tmp_path / "flower"), _rows(tmp_path / "sim")
+    assert [(r["round"], r["phase"], r["epoch"]) for r in a] == [(r["round"], r["phase"], r["epoch"]) for r in b]
+    assert [r["paper"] for r in a] == [r["paper"] for r in b]
+    for ra, rb in zip(a, b):
+        for m in METRICS:
+            assert float(ra[m]) == pytest.approx(float(rb[m]), abs=ATOL), (ra, rb)
+    assert fl["uploads_per_round"] == sim["uploads_per_round"] == 1_410
+    assert fl["bytes_up_per_round"] == sim["bytes_up_per_round"] == 4 * 1_410 * 16
+    assert fl["bytes_down_per_round"] == sim["bytes_down_per_round"]
+    assert fl["client_sizes"] == sim["client_sizes"]
+    for p in ("final", "peak"):
+        for m in METRICS:
+            assert fl[p][m] == pytest.approx(sim[p][m], abs=ATOL)
+    # per-client, per-round metrics (the simulator keeps them in its checkpoint rows)
+    ckpt = torch.load(tmp_path / "sim" / "checkpoint.pt", weights_only=False)
+    sim_round = [r for r in ckpt["rows"] if r["phase"] == "round"]
+    fl_rounds = [json.loads(line) for line in (tmp_path / "flower" / "rounds.jsonl").read_text().splitlines()]
+    assert [r["took_part"] for r in fl_rounds] == [[0, 1, 2], [0, 1, 2]]
+    comm = json.loads((tmp_path / "flower" / "comm.json").read_text())
+    assert [c["participants"] for c in comm] == [[0, 1, 2]] * 2
+    for r in sim_round:
+        assert len(r["per_client"]["accuracy"]) == 3
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason='needs flwr[simulation] (Ray)')
+def test_ray_simulation_engine_matches_simulator(tmp_path, data_dir):
+    cfg = _magic(k=10)
+    simulate(cfg, tmp_path / "ray", engine="ray", data_dir=data_dir, reply_timeout=300)
+    run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
+    for ra, rb in zip(_rows(tmp_path / "ray"), _rows(tmp_path / "sim")):
+        for m in METRICS:
+            assert float(ra[m]) == pytest.approx(float(rb[m]), abs=ATOL)
+
+
+def test_partial_participation_samples_as_the_simulator(tmp_path, data_dir):
+    from fedgca.simulation.federation import build_federation
+
+    cfg = _magic(clients=4, participation=0.5, k=10)
+    s = simulate(cfg, tmp_path, data_dir=data_dir, eval_recon_epochs=False)
+    fed = build_federation(cfg, data_dir)
+    expected = [[int(i) for i in torch.nonzero(fed.participants(r)).flatten()] for r in range(2)]
+    assert [p["sampled"] for p in s["participation"]] == expected
+    assert [p["took_part"] for p in s["participation"]] == expected
+    assert all(len(p) == 2 for p in expected)
+
+
+# ---------------------------------------------------------------------------- robustness
+
+
+def test_bad_uploads_are_rejected_and_the_round_completes(tmp_path, data_dir, caplog):
+    faults = {1: "nan-codes", 2: "wrong-shape", 3: "extra-rows", 4: "extra-array", 5: "crash", 6: "float64",
+              7: "inf-codes"}
+    cfg = _magic(clients=8, rounds=1, k=10)
+    with caplog.at_level(logging.WARNING, logger="fedgca"):
+        s = simulate(cfg, tmp_path, data_dir=data_dir, eval_recon_epochs=False,
+                     node_extra={i: {"fault": f} for i, f in faults.items()})
+    p = s["participation"][0]
+    assert p["sampled"] == list(range(8)) and p["took_part"] == [0]
+    assert "NaN or inf" in p["rejected"]["1"] and "NaN or inf" in p["rejected"]["7"]
+    assert "shape" in p["rejected"]["2"]
+    assert "more than the" in p["rejected"]["3"]
+    assert "exactly one array" in p["rejected"]["4"]
+    assert "dtype float64" in p["rejected"]["6"]
+    assert "fault injection: crash" in p["dropped"]["5"]
+    comm = json.loads((tmp_path / "comm.json").read_text())[0]
+    assert comm["evaluated"] == [0] and comm["aligned"] == [0]
+    assert comm["uploads"] == 176 and comm["bytes_up"] == 4 * 176 * 16  # ⌊0.25 · 706⌋
+    assert 0 <= s["final"]["accuracy"] <= 1
+    assert "rejected reply of client 1" in caplog.text and "upload contains NaN or inf" in caplog.text
+    assert "dropping node" in caplog.text
+    statuses = [json.loads(x).get("status") for x in (tmp_path / "messages.jsonl").read_text().splitlines()]
+    assert statuses.count("rejected") == 6 and statuses.count("dropped") == 1
+
+
+def test_silent_node_is_dropped_after_reply_timeout(tmp_path, data_dir):
+    """A node that stops answering after round 1 is dropped from round 2; the rest finish it."""
+    from fedgca.flower import client_app
+    from fedgca.flower.inprocess import InProcessGrid, run_inprocess
+    from fedgca.flower.server_app import make_server_app
+
+    class DyingGrid(InProcessGrid):
+        def push_messages(self, messages):
+            messages = list(messages)
+            if any(m.metadata.group_id == "2" for m in messages):
+                self.down.add(1002)  # client 2's node goes silent before round 2
+            return super().push_messages(messages)
+
+    cfg = _magic(k=10)
+    nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
+    run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(tmp_path), reply_timeout=1.0,
+                                                eval_recon_epochs=False)), client_app.app, nodes,
+                  grid_class=DyingGrid)
+    rounds = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert rounds[0]["took_part"] == [0, 1, 2]
+    assert rounds[1]["took_part"] == [0, 1] and "no reply within 1 s" in rounds[1]["dropped"]["2"]
+    assert rounds[1]["evaluated"] == [0, 1]
+
+
+def test_check_codes_accepts_exactly_one_float32_array():
+    good = np.zeros((5, 16), dtype=np.float32)
+    assert check_codes(RecordDict({"codes": ArrayRecord({"z": Array(good)})}), max_rows=5, latent_dim=16).shape == (5, 16)
+    bad = [
+        RecordDict({"codes": ArrayRecord({"z": Array(good)}), "metrics": MetricRecord({"n": 1})}),
+        RecordDict({"codes": ArrayRecord({"z": Array(good), "w": Array(good)})}),
+        RecordDict({"codes": ArrayRecord({"z": Array(np.zeros((6, 16), dtype=np.float32))})}),
+        RecordDict({"codes": ArrayRecord({"z": Array(np.zeros((5, 16, 1), dtype=np.float32))})}),
+        RecordDict({"codes": ArrayRecord({"z": Array(dtype="float32", shape=(5, 16), stype="numpy.ndarray",
+                                                     data=b"garbage")})}),
+        RecordDict({"config": ConfigRecord({"z": 1})}),
+    ]
+    for content in bad:
+        with pytest.raises(UploadError):
+            check_codes(content, max_rows=5, latent_dim=16)
+
+
+# ---------------------------------------------------------------------------- baselines
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fednova", "fedprox"])
+def test_baselines_on_flower_match_the_simulator(tmp_path, data_dir, method):
+    cfg = _magic(method=method, local_epochs=1)
+    fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir)
+    sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
+    for ra, rb in zip(_rows(tmp_path / "flower"), _rows(tmp_path / "sim")):
+        for m in METRICS:  # Flower's FedAvg arithmetic vs fedgca's: float32 rounding only
+            assert float(ra[m]) == pytest.approx(float(rb[m]), abs=ATOL)
+    assert fl["bytes_up_per_round"] == sim["bytes_up_per_round"] == 4 * 3 * 38_037
+    assert fl["bytes_down_per_round"] == sim["bytes_down_per_round"]
+    assert fl["strategy"] == {"fedavg": "FedAvg", "fedprox": "FedProx", "fednova": "FedNovaStrategy"}[method]
+    if method == "fedprox":
+        assert fl["fedprox"]["effective_coef"] == pytest.approx(1e-4)
+
+
+def test_dpfedavg_on_flower_is_reproducible_and_accounted(tmp_path, data_dir):
+    cfg = _magic(method="dpfedavg", local_epochs=1)
+    a = simulate(cfg, tmp_path / "a", data_dir=data_dir)
+    b = simulate(cfg, tmp_path / "b", data_dir=data_dir)
+    assert a["final"] == b["final"]
+    assert a["strategy"] == "SeededDPFixedClipping" and a["dp"]["epsilon"] > 0
+    assert "not a certified" in a["dp"]["label"]
+
+
+def test_flower_strategies_compute_spec_rules():
+    """Flower's FedAvg and server-side fixed clipping (σ = 0) against fedgca.protocol on the same updates."""
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+    from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+    from fedgca.protocol import dpfedavg, fedavg
+
+    rng = np.random.default_rng(0)
+    g = {"a": rng.normal(size=(4, 3)).astype(np.float32), "b": rng.normal(size=(3,)).astype(np.float32)}
+    clients = [{k: v + rng.normal(scale=s, size=v.shape).astype(np.float32) for k, v in g.items()}
+               for s in (0.1, 1.0, 3.0)]
+    sizes = [10, 30, 60]
+    contents = [RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in c.items()}),
+                            "metrics": MetricRecord({"num-examples": n})}) for c, n in zip(clients, sizes)]
+    flower_avg = aggregate_arrayrecords(contents, "num-examples")
+    stacked = {k: torch.stack([torch.as_tensor(c[k]) for c in clients]) for k in g}
+    ours = fedavg.aggregate({k: torch.as_tensor(v) for k, v in g.items()}, stacked, sizes)
+    for k in g:
+        np.testing.assert_allclose(flower_avg[k].numpy(), ours[k].numpy(), rtol=1e-6, atol=1e-6)
+
+    class _Reply:  # what the DP wrapper reads from a reply
+        def __init__(self, content):
+            self.content = content
+
+        def has_error(self):
+            return False
+
+    dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(), noise_multiplier=0.0, clipping_norm=1.0,
+                                                    num_sampled_clients=3)
+    dp.current_arrays = ArrayRecord({k: Array(v) for k, v in g.items()})
+    out, _ = dp.aggregate_train(1, [_Reply(c) for c in contents])
+    ours_dp, _ = dpfedavg.aggregate({k: torch.as_tensor(v) for k, v in g.items()}, stacked, sizes, clip=1.0,
+                                    sigma=0.0, generator=torch.Generator().manual_seed(0))
+    for k in g:
+        np.testing.assert_allclose(out[k].numpy(), ours_dp[k].numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- own data
+
+
+MAGIC_COLS = ["fLength", "fWidth", "fSize", "fConc", "fConc1", "fAsym", "fM3Long", "fM3Trans", "fAlpha", "fDist"]
+
+
+def _own_data(tmp_path, data_dir, n_nodes=3, rows=500):
+    raw = pd.read_csv(Path(data_dir) / "magic" / "magic04.data", header=None, names=MAGIC_COLS + ["class"])
+    raw = raw.sample(frac=1.0, random_state=0).reset_index(drop=True)
+    schema = {"features": [{"name": c, "type": "numeric"} for c in MAGIC_COLS],
+              "label": {"column": "class", "normal": ["g"], "anomaly": ["h"]}, "eval_fraction": 0.3}
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    nodes = []
+    for i in range(n_nodes):
+        part = raw.iloc[i * rows:(i + 1) * rows]
+        part.to_csv(tmp_path / f"node{i}.csv", index=False)
+        nodes.append({"data-path": str(tmp_path / f"node{i}.csv"), "schema-path": str(tmp_path / "schema.json"),
+                      "client-id": i})
+    return raw, nodes
+
+
+def test_own_data_preprocessing_equals_pooled_fit(tmp_path, data_dir):
+    from fedgca.data.tabular import TabularPreprocessor
+
+    raw, nodes = _own_data(tmp_path, data_dir)
+    schema = owndata.Schema.load(tmp_path / "schema.json")
+    stats, frames = [], []
+    for i, nc in enumerate(nodes):
+        X, y = owndata.read_rows(nc["data-path"], schema)
+        tr, ev = owndata.eval_split(len(X), schema.eval_fraction, 100, i)
+        frames.append(X.iloc[tr])
+        stats.append(owndata.local_stats(owndata.encode(X.iloc[tr], schema)))
+        assert set(stats[-1]) == {"n", "mean", "m2"}  # all a node shares
+    fed = owndata.fit_from_stats(schema, stats)
+    pooled = TabularPreprocessor().fit(pd.concat(frames).reset_index(drop=True))
+    assert fed.kept_columns_ == pooled.kept_columns_ and fed.dropped_columns_ == pooled.dropped_columns_
+    np.testing.assert_allclose(fed.mean_, pooled.mean_, rtol=1e-10)
+    np.testing.assert_allclose(fed.std_, pooled.std_, rtol=1e-10)
+
+
+def test_own_data_schema_needs_category_lists(tmp_path):
+    from fedgca.data.paths import DataError
+
+    with pytest.raises(DataError, match="categories"):
+        owndata.Schema.from_dict({"features": [{"name": "c", "type": "categorical"}]})
+    s = owndata.Schema.from_dict({"features": ["x", {"name": "c", "type": "categorical", "categories": ["b", "a"]}]})
+    (tmp_path / "rows.csv").write_text("x,c\n1.5,a\n2.5,z\n3.0,b\n")
+    X, y = owndata.read_rows(tmp_path / "rows.csv", s)
+    assert y is None
+    np.testing.assert_array_equal(owndata.encode(X, s), [[1.5, 0], [2.5, 2], [3.0, 1]])  # unseen 'z' → 2
+    (tmp_path / "bad.csv").write_text("x,c\n1.5,a\noops,b\n")
+    with pytest.raises(DataError, match="line 3: column 'x'"):
+        owndata.read_rows(tmp_path / "bad.csv", s)
+
+
+def test_gca_on_own_csv_data(tmp_path, data_dir):
+    from fedgca.flower import client_app
+    from fedgca.flower.inprocess import run_inprocess
+    from fedgca.flower.server_app import make_server_app
+
+    _, nodes = _own_data(tmp_path, data_dir)
+    cfg = RunConfig(dataset="magic", clients=3, rounds=1, recon_epochs=1, align_epochs=1, k=10, rho=0.25)
+    out = tmp_path / "out"
+    run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(out), eval_recon_epochs=False)),
+                  client_app.app, nodes)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["client_sizes"] == [350, 350, 350] and s["uploads_per_round"] == 3 * 87
+    assert 0 <= s["final"]["auroc"] <= 1
+    pre = json.loads((out / "preprocessor.json").read_text())
+    assert len(pre["kept_columns"]) == s["input_dim"]
+    msgs = [json.loads(x) for x in (out / "messages.jsonl").read_text().splitlines()]
+    stats_up = [m for m in msgs if m["phase"] == "query.stats" and m["direction"] == "up"]
+    assert len(stats_up) == 3
+    for m in stats_up:
+        (rec,) = m["records"]
+        shapes = {a["name"]: a["shape"] for a in rec["arrays"]}
+        assert shapes == {"n": [1], "mean": [10], "m2": [10, 10]}  # aggregates only, no rows
+
+
+# ---------------------------------------------------------------------------- config, state, CLI
+
+
+def test_run_config_round_trip():
+    cfg = RunConfig(dataset="magic", clients=3, k=20, rounds=7, weights="uniform", val_fraction=0.1).resolved()
+    back, opts = parse_run_config(to_run_config(cfg, out_dir="/x", reply_timeout=5))
+    assert back == cfg and opts.out_dir == "/x" and opts.reply_timeout == 5.0 and opts.min_nodes == 3
+    with pytest.raises(ValueError, match="unknown run-config key"):
+        parse_run_config({"dataset": "magic", "no-such-key": 1})
+
+
+def test_client_state_record_round_trip():
+    from fedgca.models import TabularAE
+    from fedgca.training.stacked import StackedModels
+
+    a = StackedModels([TabularAE(5)])
+    a.optim.step_count["encoder.0.weight"] += 3
+    a.optim.exp_avg["decoder.0.bias"] += 0.5
+    b = StackedModels([TabularAE(5)])
+    b.load_state_dict(stacked_state_from_record(stacked_state_record(a.state_dict())))
+    sa, sb = a.state_dict(), b.state_dict()
+    for k in sa["params"]:
+        assert torch.equal(sa["params"][k], sb["params"][k])
+        for part in ("step", "m", "v"):
+            assert torch.equal(sa["optim"][part][k], sb["optim"][part][k])
+
+
+def test_cli_app_dir_and_certs(tmp_path, capsys):
+    from flwr.common.config import validate_config
+    import tomli
+
+    assert cli_main(["flower", "app-dir", str(tmp_path / "app"), "--dataset", "magic", "--clients", "3",
+                     "--rounds", "2", "--superlink-host", "fl.example.org"]) == 0
+    text = capsys.readouterr().out
+    assert "flower-superlink" in text and "--ssl-certfile" in text and "--root-certificates" in text
+    assert text.count("flower-supernode") == 3 and "partition-id=2 num-partitions=3" in text
+    conf = tomli.loads((tmp_path / "app" / "pyproject.toml").read_text())
+    ok, errors, _ = validate_config(conf, check_module=True, project_dir=tmp_path / "app")
+    assert ok, errors
+    assert conf["tool"]["flwr"]["app"]["config"]["k"] == 80
+    assert cli_main(["flower", "certs", str(tmp_path / "certs")]) == 0
+    assert (tmp_path / "certs" / "ca.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
+
+
+def test_cli_simulate(tmp_path, data_dir, capsys):
+    assert cli_main(["flower", "simulate", "--dataset", "magic", "--clients", "2", "--rounds", "1", "--k", "10",
+                     "--recon-epochs", "1", "--align-epochs", "1", "--data-dir", str(data_dir),
+                     "--out", str(tmp_path)]) == 0
+    brief = json.loads(capsys.readouterr().out)
+    assert brief["clients"] == 2 and 0 <= brief["final"]["accuracy"] <= 1
+    assert (tmp_path / "summary.json").exists() and (tmp_path / "messages.jsonl").exists()

@@ -1,0 +1,181 @@
+"""A real Flower deployment on 127.0.0.1: a SuperLink and 3 SuperNodes as separate processes
+(telemetry and update checks off, TLS), a run submitted with `flwr run`, a SuperNode killed after
+round 1, every process cleaned up. One deployment (module fixture) serves all its tests: each process
+start costs seconds of torch import on 2 cores, and Flower starts a process per message."""
+import csv
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fedgca.config import RunConfig
+from fedgca.flower.config import to_run_config
+from fedgca.flower.deploy import LocalDeployment, descendants, write_app
+from fedgca.protocol.gca import upload_size
+from fedgca.simulation.runner import run
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+BETA, DZ = 4, 16
+CFG = RunConfig(dataset="magic", clients=3, rounds=2, recon_epochs=1, align_epochs=1, k=10, seed=100).resolved()
+
+
+def _nodes(data_dir, tmp_path, n=3):
+    return [{"partition-id": i, "num-partitions": n, "data-dir": str(data_dir), "cache-dir": str(tmp_path / "cache")}
+            for i in range(n)]
+
+
+def _app(tmp_path, out, **opts):
+    return write_app(tmp_path / "app", to_run_config(CFG, out_dir=str(out), eval_recon_epochs=False, **opts))
+
+
+def _alive(pids) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+            alive.append(pid)
+    return alive
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+@dataclass
+class Deployed:
+    out: Path
+    dep: LocalDeployment
+    rc: int
+    victim_tree: list
+    victim_alive_after_kill: list
+    seen: set
+    tmp: Path
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory, data_dir):
+    """ONE real deployment: TLS (CA and certificates made here), a SuperLink and 3 SuperNodes as separate
+    processes, 2 GCA rounds with `flwr run`; SuperNode 2 is SIGKILLed (with its SuperExec and ClientApp
+    processes) after round 1 finishes. The tests below read what the ServerApp recorded."""
+    tmp = tmp_path_factory.mktemp("deploy")
+    out = tmp / "out"
+    app = _app(tmp, out, reply_timeout=240.0, round_pause=8.0)
+    seen: set[int] = set()
+    dep = LocalDeployment(tmp / "deploy", _nodes(data_dir, tmp), tls=True)
+    victim_tree, after = [], []
+    rc = None
+    try:
+        with dep:
+            runner = dep.submit(app)
+            deadline = time.monotonic() + 400
+            while not ((out / "rounds.jsonl").exists() and _lines(out / "rounds.jsonl")):
+                assert runner.poll() is None, dep.log("flwr-run.log")[-3000:]
+                assert time.monotonic() < deadline, "round 1 did not finish"
+                time.sleep(0.2)
+            victim = dep.nodes[2]
+            victim_tree = [victim.pid, *descendants([victim.pid])]
+            seen.update(dep.live_pids())
+            dep.kill_node(2)
+            after = _alive(victim_tree)
+            rc = runner.wait(timeout=500)
+            seen.update(dep.live_pids())
+    finally:
+        seen.update(p.pid for p in dep._all)
+    time.sleep(1.0)
+    return Deployed(out, dep, rc, victim_tree, after, seen, tmp)
+
+
+def test_deployment_runs_over_tls_and_cleans_up(deployed):
+    assert deployed.rc == 0, deployed.dep.log("flwr-run.log")[-3000:]
+    dep = deployed.dep
+    assert "--ssl-certfile" in dep.superlink.args and "--insecure" not in dep.superlink.args
+    nodes = [p for p in dep._all if "flower-supernode" in p.args]
+    assert len(nodes) == 3 and all("--root-certificates" in p.args and "--insecure" not in p.args for p in nodes)
+    assert dep.env["FLWR_TELEMETRY_ENABLED"] == "0" and dep.env["FLWR_DISABLE_UPDATE_CHECK"] == "1"
+    assert dep.superlink.args[dep.superlink.args.index("--host") + 1] == "127.0.0.1"
+    assert all(p.args[p.args.index("--superlink") + 1].startswith("127.0.0.1:") for p in nodes)
+    assert len(deployed.seen) > 4  # SuperLink, SuperNodes and the processes Flower spawned
+    assert _alive(deployed.seen) == [], "processes left behind"
+
+
+def test_train_replies_hold_exactly_one_code_array(deployed):
+    summary = json.loads((deployed.out / "summary.json").read_text())
+    sizes = dict(zip(summary["client_ids"], summary["client_sizes"]))
+    assert sizes == {0: 1882, 1: 1881, 2: 1881}
+    up = [m for m in _lines(deployed.out / "messages.jsonl") if m["direction"] == "up" and m["status"] == "received"]
+    train_up = [m for m in up if m["phase"] == "train"]
+    assert sorted((m["round"], m["client_id"]) for m in train_up) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
+    for m in train_up:  # one array of shape (⌊ρ·N_i⌋, d_z), nothing else
+        (record,) = m["records"]
+        assert record["type"] == "array" and record["record"] == "codes"
+        (arr,) = record["arrays"]
+        assert arr["name"] == "z" and arr["dtype"] == "float32"
+        assert arr["shape"] == [upload_size(sizes[m["client_id"]], CFG.rho), DZ]
+    assert all(m["records"] == [] for m in up if m["phase"] == "train.align")
+    # no message any client sent in the whole run carries a parameter array
+    names = {a["name"] for m in up for rec in m["records"] for a in rec.get("arrays", [])}
+    assert names <= {"z"}
+
+
+def test_bytes_match_spec_section_7(deployed):
+    """Measured payloads: up = β·U·D_z and down = β·C·K'·(D_z + 1) per round (C = clients that aligned)."""
+    msgs = _lines(deployed.out / "messages.jsonl")
+    comm = json.loads((deployed.out / "comm.json").read_text())
+    summary = json.loads((deployed.out / "summary.json").read_text())
+    sizes = dict(zip(summary["client_ids"], summary["client_sizes"]))
+    for c in comm:
+        r = c["round"]
+        ups = [m for m in msgs if m["round"] == r and m["phase"] == "train" and m["direction"] == "up"
+               and m["status"] == "received"]
+        downs = [m for m in msgs if m["round"] == r and m["phase"] == "train.align" and m["direction"] == "down"]
+        U = sum(upload_size(sizes[i], CFG.rho) for i in c["took_part"])
+        assert sum(m["payload_bytes"] for m in ups) == c["bytes_up"] == BETA * U * DZ
+        assert 0 < c["broadcast_k"] <= CFG.k
+        assert len(downs) == len(c["took_part"])
+        assert sum(m["payload_bytes"] for m in downs) == c["bytes_down"] == \
+            BETA * len(c["took_part"]) * c["broadcast_k"] * (DZ + 1)
+        serialized = sum(a["serialized_bytes"] for m in ups for a in m["records"][0]["arrays"])
+        assert 0 <= serialized - c["bytes_up"] <= 256 * len(ups)  # + one .npy header per array
+    assert comm[0]["bytes_up"] == BETA * 1_410 * DZ
+
+
+def test_killed_supernode_is_dropped_and_round_two_finishes_with_two(deployed):
+    assert deployed.victim_alive_after_kill == []
+    rounds = _lines(deployed.out / "rounds.jsonl")
+    assert len(rounds) == 2
+    assert rounds[0]["took_part"] == [0, 1, 2] and rounds[0]["dropped"] == {}
+    assert rounds[1]["participants"] == [0, 1, 2] and rounds[1]["took_part"] == [0, 1]
+    assert list(rounds[1]["dropped"]) == ["2"]
+    assert rounds[1]["aligned"] == [0, 1] and rounds[1]["evaluated"] == [0, 1]
+    summary = json.loads((deployed.out / "summary.json").read_text())
+    assert summary["participation"][1]["took_part"] == [0, 1]
+    assert 0 <= summary["final"]["accuracy"] <= 1
+
+
+def test_round_one_matches_the_simulator(deployed, data_dir):
+    """Before the kill the deployment computes what fedgca's simulator computes (same config and seed)."""
+    sim = run(dataclasses.replace(CFG, rounds=1), deployed.tmp / "sim", data_dir=data_dir, progress=False)
+    rows = list(csv.DictReader((deployed.out / "metrics.csv").open()))
+    first = next(r for r in rows if r["round"] == "1" and r["phase"] == "round")
+    for m in ("accuracy", "auroc", "auprc"):
+        assert float(first[m]) == pytest.approx(sim["final"][m], abs=2.5e-4)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="process-tree cleanup check needs /proc")
+def test_failed_start_leaves_no_process(tmp_path):
+    """A SuperNode that cannot start (bad node config) and an early exit still clean everything up."""
+    dep = LocalDeployment(tmp_path / "deploy", [{"partition-id": 0, "num-partitions": 1}])
+    with pytest.raises(RuntimeError):
+        with dep:
+            pids = dep.live_pids()
+            raise RuntimeError("test failure inside the deployment")
+    time.sleep(0.5)
+    assert _alive(pids + [p.pid for p in dep._all]) == []

@@ -1,0 +1,225 @@
+"""`fedgca report`: grouping, mean ± std, the K* rule, captions and files.
+
+The first tests render summaries fabricated in a temporary directory: their
+numbers are inputs to the rendering code, not results of any experiment.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from fedgca.config import RunConfig
+from fedgca.experiments.sweep import canonical
+from fedgca.reporting import report
+
+SIZES = [79] * 8 + [78] * 2  # academic, C = 10 (IID)
+
+
+def _summary(cfg: RunConfig, peak: float, final: float | None = None) -> dict:
+    cfg = cfg.resolved()
+    final = peak - 0.01 if final is None else final
+    res = lambda acc: {"accuracy": acc, "auroc": acc + 0.05, "auprc": acc + 0.02}  # noqa: E731
+    up = 4 * sum(int(cfg.rho * n) for n in SIZES) * 16 if cfg.method == "gca" else 4 * 10 * 46758
+    down = 4 * 10 * cfg.k * 17 if cfg.method == "gca" else 4 * 10 * 46758
+    return {
+        "dataset": cfg.dataset, "method": cfg.method, "seed": cfg.seed, "rounds": cfg.rounds, "clients": cfg.clients,
+        "k": cfg.k, "rho": cfg.rho, "backend": cfg.backend, "weights": cfg.weights, "partition": cfg.partition,
+        "input_dim": 22, "input_shape": [22], "latent_dim": 16, "param_count": 46758, "client_sizes": SIZES,
+        "uploads_per_round": 390, "bytes_up_per_round": up, "bytes_down_per_round": down, "wall_seconds": 1.0,
+        "peak": res(peak), "final": res(final), "selected": res(final),
+    }
+
+
+def _write(root: Path, cfg: RunConfig, peak: float, final: float | None = None, curve=None, name=None) -> Path:
+    cfg = canonical(cfg)
+    d = root / (name or cfg.key())
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (d / "summary.json").write_text(json.dumps(_summary(cfg, peak, final)))
+    if curve is not None:
+        with (d / "metrics.csv").open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["round", "phase", "epoch", "accuracy", "auroc", "auprc", "train_error", "val_error", "paper"])
+            for r, acc in enumerate(curve, start=1):
+                w.writerow([r, "recon", 1, acc, 0.5, 0.5, 1.0, "nan", 1])
+                w.writerow([r, "round", "", acc, 0.5, 0.5, 1.0, "nan", 0])
+    return d
+
+
+# Peak accuracies per K and seed (100, 200, 300). K = 20 and K = 40 tie exactly on the
+# highest mean (the same three numbers in another order) → K* = 20, the smaller K.
+PEAK_BY_K = {10: (0.70, 0.71, 0.72), 20: (0.80, 0.82, 0.84), 40: (0.84, 0.80, 0.82), 80: (0.79, 0.80, 0.81)}
+
+
+@pytest.fixture()
+def fabricated(tmp_path):
+    root = tmp_path / "runs"
+    base = dict(dataset="academic", rounds=5)
+    for k, peaks in PEAK_BY_K.items():
+        for seed, p in zip((100, 200, 300), peaks):
+            _write(root / "sweep" / "runs", RunConfig(**base, k=k, seed=seed), p, curve=[p - 0.02, p - 0.01])
+            # uniform weights: 1 point worse at every K
+            _write(root / "sweep" / "runs", RunConfig(**base, k=k, seed=seed, weights="uniform"), p - 0.01)
+            # a K-means backend whose best K is 80
+            _write(root / "sweep" / "runs", RunConfig(**base, k=k, seed=seed, backend="kmeans"),
+                   0.9 if k == 80 else 0.5)
+    for seed, p in zip((100, 200, 300), (0.60, 0.62, 0.64)):
+        _write(root / "compare", RunConfig(**base, method="fedavg", seed=seed), p, curve=[p - 0.05, p],
+               name=f"academic-fedavg-{seed}")
+        _write(root / "noniid", RunConfig(**base, method="fedavg", seed=seed, partition="dirichlet"), p - 0.1)
+        _write(root / "noniid", RunConfig(**base, k=10, seed=seed, partition="dirichlet"), p)
+    # The same FedAvg experiment found again elsewhere, with an option FedAvg does not read: counted once.
+    _write(root / "copy", RunConfig(**base, method="fedavg", seed=100, k=80), 0.99, name="dup")
+    # Another setting (fewer rounds): its own section, never pooled with the 5-round runs.
+    _write(root / "quick", RunConfig(dataset="academic", rounds=1, seed=100, k=10), 0.5)
+    for seed, (nt_f, dc_f, nt_g, dc_g) in zip((100, 200, 300), ((1.0, 0.30, 3.0, 0.05), (1.2, 0.28, 3.2, 0.07),
+                                                                 (1.4, 0.26, 3.4, 0.06))):
+        (root / "attacks").mkdir(exist_ok=True)
+        (root / "attacks" / f"a{seed}").mkdir()
+        (root / "attacks" / f"a{seed}" / "attack.json").write_text(json.dumps([
+            {"method": "fedavg", "dataset": "academic", "seed": seed, "victim": 0, "ntmse": nt_f, "delta_cos": dc_f},
+            {"method": "gca", "dataset": "academic", "seed": seed, "victim": 0, "ntmse": nt_g, "delta_cos": dc_g},
+        ]))
+    return root
+
+
+def _table(data, tid) -> report.Table:
+    (t,) = [t for s in data["sections"] for t in s.tables if t.id == tid]
+    return t
+
+
+def test_k_star_rule_ties_go_to_the_smaller_k():
+    def g(k, vals):
+        grp = report.Group("academic", "gca", "iid", (), "gmm", "inverse", k)
+        grp.runs = [report.Run({"peak": {"accuracy": v}}, RunConfig("academic", k=k, seed=s), Path("."))
+                    for s, v in zip((100, 200, 300), vals)]
+        return grp
+
+    groups = [g(k, v) for k, v in PEAK_BY_K.items()]
+    assert report.k_star(groups).k == 20
+    assert report.k_star(list(reversed(groups))).k == 20  # order of discovery does not matter
+    groups[3] = g(80, (0.8201, 0.82, 0.82))  # strictly higher mean wins
+    assert report.k_star(groups).k == 80
+    # Only grid values are candidates when any is present.
+    assert report.k_star([g(10, (0.5,)), g(15, (0.9,))]).k == 10
+    assert report.k_star([g(3, (0.5,)), g(5, (0.9,))]).k == 5
+
+
+def test_report_tables_from_fabricated_runs(fabricated):
+    data = report.build(fabricated)
+    assert any("duplicate" in n for n in data["notes"])
+    assert len(data["runs"]) == 12 * 3 + 9 + 1  # 36 GCA sweep runs, 9 compare/non-IID runs, 1 quick run
+    titles = [s.title for s in data["sections"]]
+    assert titles[:2] == ["Setting 1", "Setting 2"] and "Attacks" in titles and "Communication" in titles
+
+    by_k = _table(data, "iid_accuracy_by_k_peak_s1")
+    assert by_k.head == ["dataset", "backend", "K=10", "K=20", "K=40", "K=80", "K*"]
+    gmm = next(r for r in by_k.grid() if r[1] == "GMM")
+    assert gmm == ["academic", "GMM", "71.00 ± 1.00", "82.00 ± 2.00", "82.00 ± 2.00", "80.00 ± 1.00", "20"]
+    km = next(r for r in by_k.grid() if r[1] == "K-means")
+    assert km[-1] == "80"
+
+    comp = _table(data, "iid_comparison_accuracy_peak_s1")
+    assert comp.head == ["dataset", "FedAvg", "GCA-GMM", "GCA-K-means"]
+    assert comp.grid() == [["academic", "62.00 ± 2.00", "82.00 ± 2.00", "90.00 ± 0.00"]]
+    assert "academic K=20" in comp.caption() and "academic K=80" in comp.caption()
+    final = _table(data, "iid_comparison_accuracy_final_s1")
+    assert final.grid()[0][1] == "61.00 ± 2.00"
+
+    w = _table(data, "iid_weights_peak_s1")
+    assert w.grid()[0] == ["academic", "GMM", "20", "82.00 ± 2.00", "81.00 ± 2.00", "-1.00"]
+
+    non = _table(data, "noniid_comparison_accuracy_peak_s1")
+    assert non.grid() == [["academic", "52.00 ± 2.00", "62.00 ± 2.00"]]
+    assert "Non-IID" in non.caption()
+
+    nt = _table(data, "attack_ntmse")
+    assert nt.grid() == [["academic", "1.200 ± 0.200", "3.200 ± 0.200"]]
+    dc = _table(data, "attack_delta_cos")
+    assert dc.grid() == [["academic", "0.280 ± 0.020", "0.060 ± 0.010"]]
+
+    mib = _table(data, "comm_mib")
+    assert ["academic", "10", "0.024", "0.006", "0.030", "3.567", "99.15%"] in mib.grid()
+    assert "recorded per-round bytes agree" in mib.caption()
+
+    quick = _table(data, "iid_comparison_accuracy_peak_s2")
+    assert quick.grid() == [["academic", "50.00 ± 0.00"]]
+    assert "1 seed per cell" in quick.caption()
+
+    # every table names its protocol
+    for s in data["sections"]:
+        for t in s.tables:
+            cap = t.caption()
+            assert "Protocol:" in cap, t.id
+            if t.protocol == "peak":
+                assert "paper (peak)" in cap
+            elif t.protocol == "final":
+                assert "final" in cap
+            elif t.protocol == "selected":
+                assert "validation-selected" in cap and "val_fraction = 0" in cap
+
+
+def test_curves_mean_over_seeds(fabricated):
+    data = report.build(fabricated)
+    gca = [c for c in data["curves"] if c["method"] == "GCA-GMM" and c["partition"] == "iid"]
+    assert [c["round"] for c in gca] == [1, 2]
+    assert gca[1]["mean"] == pytest.approx(0.81) and gca[1]["n"] == 3  # K* = 20: (0.79, 0.81, 0.83)
+    fed = [c for c in data["curves"] if c["method"] == "FedAvg" and c["partition"] == "iid"]
+    assert fed[1]["mean"] == pytest.approx(0.62) and fed[1]["std"] == pytest.approx(0.02)
+
+
+def test_write_report_files(fabricated, capsys):
+    from fedgca.cli.main import main
+
+    assert main(["report", str(fabricated)]) == 0
+    out = fabricated / "report"
+    md = (out / "report.md").read_text()
+    assert md.splitlines()[0] in capsys.readouterr().out and "iid_comparison_accuracy_peak_s1" in md
+    for name in ("report.md", "report.tex", "cells.csv", "curves.csv", "runs.csv", "index.csv", "comm.csv",
+                 "iid_accuracy_by_k_peak_s1.csv", "attack_ntmse.csv", "comm_mib.csv",
+                 "acc_iid_peak_s1.png", "acc_iid_final_s1.png", "attack_ntmse.png", "attack_delta_cos.png",
+                 "curves_iid_academic.png", "comm.png"):
+        assert (out / name).exists() and (out / name).stat().st_size > 0, name
+    assert (out / "acc_iid_peak_s1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    tex = (out / "report.tex").read_text()
+    assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") > 10
+    assert r"$\pm$" in tex and "fashion_mnist" not in tex and r"\caption{" in tex
+    assert tex.isascii()  # every symbol of the captions is escaped (±, Δ, K*, ρ, §, ...)
+    index = list(csv.DictReader((out / "index.csv").open()))
+    assert all(r["protocol"] in ("peak", "final", "selected", "attack", "comm") for r in index)
+    cells = list(csv.DictReader((out / "cells.csv").open()))
+    row = next(c for c in cells if c["table"] == "iid_accuracy_by_k_peak_s1" and c["column"] == "K=20"
+               and c["row"] == "academic / GMM")
+    assert float(row["mean"]) == pytest.approx(0.82) and float(row["std"]) == pytest.approx(0.02)
+    assert row["n"] == "3"
+    # a second report over the same tree does not read its own output
+    assert main(["report", str(fabricated)]) == 0
+
+
+def test_empty_directory_is_an_error(tmp_path, capsys):
+    from fedgca.cli.main import main
+
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no finished runs" in capsys.readouterr().err
+
+
+def test_tiny_real_run_end_to_end(tmp_path, data_dir):
+    """One real run (academic, 1 round, 1 epoch) through the report."""
+    from fedgca.simulation.runner import run
+
+    cfg = RunConfig("academic", rounds=1, recon_epochs=1, align_epochs=1)
+    summary = run(cfg, tmp_path / "runs" / "one", data_dir=data_dir, progress=False)
+    paths = report.write_report(tmp_path)
+    md = paths["md"].read_text()
+    assert "GCA-GMM" in md and "academic K=10" in md
+    data = report.build(tmp_path, exclude=paths["dir"])
+    comp = _table(data, "iid_comparison_accuracy_peak")
+    assert comp.grid()[0][1] == f"{100 * summary['peak']['accuracy']:.2f} ± 0.00"
+    mib = _table(data, "comm_mib")
+    assert "academic: 1 run(s)' recorded per-round bytes agree." in mib.caption()
+    inputs = _table(data, "comm_inputs")
+    assert inputs.grid() == [["academic", "10", "390", "16", "46,758"]]
+    assert (paths["dir"] / "curves_iid_academic.png").exists()

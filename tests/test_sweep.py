@@ -1,0 +1,151 @@
+"""`fedgca sweep`: grid expansion, keys, the ledger, failures, and kill/restart."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedgca.config import RunConfig
+from fedgca.experiments import sweep
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _events(root: Path) -> list[dict]:
+    return sweep.Ledger(root / sweep.LEDGER).events()
+
+
+def test_grid_expansion_and_canonical_keys():
+    spec = sweep.parse_spec({
+        "base": {"rounds": 2},
+        "grid": [
+            {"dataset": ["academic", "magic"], "method": ["gca", "fedavg"], "k": [10, 20], "seed": [100, 200]},
+            {"dataset": "academic", "method": "fedavg", "seed": 100, "k": "preset"},  # a duplicate
+        ],
+    })
+    # GCA: 2 datasets × 2 K × 2 seeds; FedAvg ignores K, so it runs once per dataset and seed.
+    methods = [c.method for c in spec.configs]
+    assert methods.count("gca") == 8 and methods.count("fedavg") == 4
+    assert len({c.key() for c in spec.configs}) == len(spec.configs) == 12
+    assert all(c.rounds == 2 for c in spec.configs)
+    a = sweep.canonical(RunConfig(dataset="magic", method="fedavg", k=40, backend="kmeans", recon_epochs=1))
+    b = sweep.canonical(RunConfig(dataset="magic", method="fedavg"))
+    assert a.key() == b.key()
+    # ... but an option GCA reads changes a GCA key, and alpha matters only under the Dirichlet partition.
+    assert sweep.canonical(RunConfig("magic", k=40)).key() != sweep.canonical(RunConfig("magic", k=80)).key()
+    assert sweep.canonical(RunConfig("magic", alpha=0.5)).key() == sweep.canonical(RunConfig("magic")).key()
+    assert (sweep.canonical(RunConfig("magic", partition="dirichlet", alpha=0.5)).key()
+            != sweep.canonical(RunConfig("magic", partition="dirichlet")).key())
+
+
+def test_ledger_records_finished_once_and_survives_a_torn_line(tmp_path):
+    led = sweep.Ledger(tmp_path / "ledger.jsonl")
+    assert led.append("started", "a")
+    assert led.append("finished", "a", once=True, out="x")
+    assert not led.append("finished", "a", once=True, out="x")
+    with led.path.open("a") as f:
+        f.write('{"event": "fini')  # what a crash in the middle of a write could leave
+    assert led.append("finished", "b", once=True)
+    assert [e["event"] for e in led.events()] == ["started", "finished", "finished"]
+    assert led.finished_keys() == {"a", "b"}
+
+
+def test_bad_sweep_files(tmp_path):
+    with pytest.raises(ValueError, match="unknown RunConfig fields"):
+        sweep.parse_spec({"grid": {"dataset": "academic", "colour": ["red"]}})
+    with pytest.raises(ValueError, match="no \\[grid\\]"):
+        sweep.parse_spec({"base": {"dataset": "academic"}})
+    with pytest.raises(ValueError, match="unknown dataset"):
+        sweep.parse_spec({"grid": {"dataset": "nope"}})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[grid\n")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        sweep.load_spec(bad)
+
+
+@pytest.mark.parametrize("name", ["quick", "sweep_k", "sweep_backends", "sweep_weights", "sweep_noniid", "sweep_iid"])
+def test_example_files_parse(name):
+    spec = sweep.load_spec(EXAMPLES / f"{name}.toml")
+    assert spec.configs
+    if name == "sweep_k":
+        assert len(spec.configs) == 2 * 4 * 3
+        assert {c.k for c in spec.configs} == {10, 20, 40, 80}
+        assert {c.rounds for c in spec.configs} == {100}
+        assert {c.dataset for c in spec.configs} == {"academic", "magic"}
+        assert {c.seed for c in spec.configs} == {100, 200, 300}
+    if name == "sweep_noniid":
+        assert {c.partition for c in spec.configs} == {"dirichlet"}
+
+
+def test_failure_is_recorded_and_does_not_stop_the_sweep(tmp_path, data_dir):
+    ok = sweep.canonical(RunConfig("academic", rounds=1, recon_epochs=1, align_epochs=1))
+    bad = sweep.canonical(RunConfig("academic", method="single", rounds=1, local_epochs=1, clients=100_000))
+    root = tmp_path / "sw"
+    res = sweep.run_sweep([bad, ok], root, workers=0, data_dir=data_dir)  # in-process: fast
+    assert res["finished"] == 1 and len(res["failed"]) == 1
+    assert (sweep.run_dir(root, ok) / "summary.json").exists()
+    assert not (sweep.run_dir(root, bad) / "summary.json").exists()
+    failed = [e for e in _events(root) if e["event"] == "failed"]
+    assert len(failed) == 1 and failed[0]["key"] == bad.key()
+    assert "num_clients" in failed[0]["error"] and failed[0]["config"]["clients"] == 100_000
+    assert sweep.status(root, [ok, bad]) == {ok.key(): "finished", bad.key(): "failed"}
+    # Again: the finished run is skipped; with retries off, the failed one is left alone.
+    res = sweep.run_sweep([bad, ok], root, workers=1, data_dir=data_dir, retry_failed=False)
+    assert res == {"total": 2, "skipped": 2, "finished": 0, "failed": []}
+    assert [e["event"] for e in _events(root)].count("finished") == 1
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_with_each_run_exactly_once(tmp_path, data_dir):
+    """SIGKILL a real `fedgca sweep` after its first run finishes; the restart completes every run once."""
+    spec = tmp_path / "kill.toml"
+    spec.write_text(
+        "[base]\nrounds = 3\nrecon_epochs = 1\nalign_epochs = 1\n"
+        "[grid]\ndataset = \"academic\"\nmethod = \"gca\"\nk = 10\nseed = [100, 200, 300]\n"
+    )
+    root = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "fedgca.cli.main", "sweep", str(spec), "--out", str(root), "--data-dir", str(data_dir)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (root / sweep.LEDGER).exists() and any(e["event"] == "finished" for e in _events(root)):
+                break
+            if proc.poll() is not None:
+                pytest.fail("the sweep ended before it could be killed")
+            time.sleep(0.1)
+        else:
+            pytest.fail("no run finished in time")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert [e["event"] for e in _events(root)].count("finished") == 1
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    keys = {sweep.canonical(RunConfig("academic", seed=s, rounds=3, recon_epochs=1, align_epochs=1, k=10)).key()
+            for s in (100, 200, 300)}
+    runs = sorted(p.name for p in (root / "runs").iterdir())
+    assert set(runs) == keys
+    summaries = list(root.rglob("summary.json"))
+    assert sorted(p.parent.name for p in summaries) == sorted(keys)  # each run present exactly once
+    for p in summaries:
+        s = json.loads(p.read_text())
+        assert s["rounds"] == 3
+        rounds = [line.split(",")[0] for line in (p.parent / "metrics.csv").read_text().splitlines()[1:]
+                  if ",round," in line]
+        assert rounds == ["1", "2", "3"]  # nothing lost or duplicated by the resume
+    finished = [e["key"] for e in _events(root) if e["event"] == "finished"]
+    assert sorted(finished) == sorted(keys)  # exactly one "finished" per key
+    # A third invocation has nothing to do.
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "3 already done" in again.stderr
