@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
@@ -87,20 +88,52 @@ class StackedAdam:
 
 
 def _runs(active: Tensor, steps: Tensor, lrs: Tensor) -> list[tuple[int, int]]:
-    """Maximal runs [a, b) of consecutive active clients with equal step count and lr."""
-    runs, start = [], None
-    n = len(active)
-    for i in range(n + 1):
-        same = (
-            start is not None and i < n and bool(active[i])
-            and steps[i] == steps[start] and lrs[i] == lrs[start]
-        )
-        if start is not None and not same:
-            runs.append((start, i))
-            start = None
-        if start is None and i < n and bool(active[i]):
-            start = i
-    return runs
+    """Maximal runs [a, b) of consecutive active clients with equal step count and lr.
+
+    Vectorised (this runs once per tensor and mini-batch; a Python loop over
+    clients here cost more than the Adam arithmetic itself).
+    """
+    act = active.numpy().astype(bool)
+    if not act.any():
+        return []
+    st, lr = steps.numpy(), lrs.numpy()
+    if act.all() and (st == st[0]).all() and (lr == lr[0]).all():
+        return [(0, len(act))]  # the common case: equal shards, every client active
+    # a run breaks where activity, step count or lr changes between neighbours
+    brk = np.flatnonzero((act[1:] != act[:-1]) | (st[1:] != st[:-1]) | (lr[1:] != lr[:-1])) + 1
+    bounds = np.concatenate(([0], brk, [len(act)]))
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if act[a]]
+
+
+def _mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
+    """``[(linear layer name, ReLU after it)]`` for an nn.Sequential of Linear/ReLU; None otherwise."""
+    if not isinstance(module, nn.Sequential):
+        return None
+    layers: list[list] = []
+    for name, layer in module.named_children():
+        if isinstance(layer, nn.Linear):
+            layers.append([name, False])
+        elif isinstance(layer, nn.ReLU) and layers and not layers[-1][1]:
+            layers[-1][1] = True
+        else:
+            return None
+    return [(name, relu) for name, relu in layers]
+
+
+def _stacked_mlp(params: dict[str, Tensor], prefix: str, layers, x: Tensor) -> Tensor:
+    """A Linear/ReLU stack for every client at once, x [C, B, d_in] -> [C, B, d_out].
+
+    The same function as ``vmap(functional_call)``, computed as hᵀ ← W·hᵀ + b:
+    in this orientation autograd returns each weight gradient contiguous in
+    nn.Linear's [C, out, in] layout, where vmap's x·Wᵀ returns transposed views
+    that cost a strided copy per tensor before the fused Adam step.
+    """
+    h = x.transpose(1, 2)
+    for name, relu in layers:
+        h = torch.baddbmm(params[f"{prefix}{name}.bias"].unsqueeze(-1), params[f"{prefix}{name}.weight"], h)
+        if relu:
+            h = torch.relu(h)
+    return h.transpose(1, 2)
 
 
 def _fused_adam(p: Tensor, g: Tensor, m: Tensor, v: Tensor, *, step: int, lr: float, cfg: AdamConfig) -> None:
@@ -126,8 +159,21 @@ class StackedModels:
         self.optim = StackedAdam(self.params, adam)
         self.encoder_keys = [k for k in self.params if k.startswith("encoder.")]
         self.decoder_keys = [k for k in self.params if k.startswith("decoder.")]
-        self._encode = vmap(self._call("encoder"))
-        self._decode = vmap(self._call("decoder"))
+        self._encode = self._stacked("encoder")
+        self._decode = self._stacked("decoder")
+
+    def _stacked(self, part: str):
+        """The part's forward over a client axis: batched matmuls for a Linear/ReLU stack, else vmap."""
+        general = vmap(self._call(part))
+        layers = _mlp_layers(getattr(self.base, part))
+        if layers is None:
+            return general
+        prefix = part + "."
+
+        def call(params: dict[str, Tensor], x: Tensor) -> Tensor:
+            return _stacked_mlp(params, prefix, layers, x) if x.dim() == 3 else general(params, x)
+
+        return call
 
     def _call(self, part: str):
         module = getattr(self.base, part)
