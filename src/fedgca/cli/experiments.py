@@ -19,6 +19,7 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--data-dir")
     p.add_argument("--out", default="results/compare")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel, one process each (0 = in this process)")
     p.set_defaults(func=cmd_compare)
 
     _register_sweep_report_comm(sub)
@@ -31,7 +32,7 @@ def cmd_compare(args) -> int:
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
     base = RunConfig(dataset=args.dataset[0], rounds=args.rounds)
-    summaries = compare.run_grid(base, args.dataset, args.methods, args.seeds, root, args.data_dir)
+    summaries = compare.run_grid(base, args.dataset, args.methods, args.seeds, root, args.data_dir, args.workers)
     print(compare.render_comparison(summaries, args.methods))
     paths = compare.write_outputs(root, summaries, args.methods)
     print(f"tables written to {paths['md']} and {paths['csv']}; per-run figures in {paths['runs']}")

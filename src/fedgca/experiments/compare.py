@@ -20,28 +20,29 @@ TABLES = [  # (title, protocol, metric)
 ]
 
 
-def run_dir(root: Path, cfg: RunConfig) -> Path:
-    return root / f"{cfg.dataset}-{cfg.method}-{cfg.seed}"
+def grid(base: RunConfig, datasets, methods, seeds) -> list[RunConfig]:
+    """One canonical config per (dataset, method, seed), each method at the dataset's preset."""
+    from fedgca.experiments.sweep import canonical
+
+    return [canonical(dataclasses.replace(base, dataset=d, method=m, seed=s))
+            for d in datasets for m in methods for s in seeds]
 
 
-def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None) -> list[dict]:
-    """Run every (dataset, method, seed) not already finished in ``root``; resume unfinished ones."""
-    from fedgca.simulation.runner import run
+def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1) -> list[dict]:
+    """Run every (dataset, method, seed) not already finished in ``root``; resume unfinished ones.
 
-    summaries = []
-    for dataset in datasets:
-        for method in methods:
-            for seed in seeds:
-                cfg = dataclasses.replace(base, dataset=dataset, method=method, seed=seed).resolved()
-                out = run_dir(root, cfg)
-                done = out / "summary.json"
-                if done.exists():
-                    log.info("done already: %s", out)
-                else:
-                    log.info("running %s", out)
-                    run(cfg, out, data_dir=data_dir, resume=(out / "checkpoint.pt").exists())
-                summaries.append(json.loads(done.read_text()))
-    return summaries
+    A comparison is a sweep: same run directories (``root/runs/<config key>``), ledger, skipping,
+    resuming and worker processes as ``fedgca sweep``, so a comparison and a sweep that share a
+    directory share their runs.
+    """
+    from fedgca.experiments import sweep
+
+    configs = grid(base, datasets, methods, seeds)
+    result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir)
+    if result["failed"]:
+        raise RuntimeError(f"{len(result['failed'])} run(s) failed (see {Path(root) / sweep.LEDGER}): "
+                           + "; ".join(str(f) for f in result["failed"])[:500])
+    return [json.loads((sweep.run_dir(root, c) / sweep.SUMMARY).read_text()) for c in configs]
 
 
 def render_comparison(summaries: list[dict], methods, style: str = "md") -> str:

@@ -1,0 +1,48 @@
+"""Every fedgca benchmark in one command; each prints its own table.
+
+    .venv/bin/python benchmarks/run.py [--data-dir ../shared/data] [--quick]
+
+1. ``bench_simulator.py`` — stacked simulator vs the per-client loop (ratio, GFLOP/s);
+2. ``bench_gmm.py``       — the vision-preset GMM (100 inits): batched torch EM vs scikit-learn;
+3. ``bench_attacks.py``   — seconds per SPEC §6 attack at preset sizes;
+4. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps.
+
+Compare ratios, not absolute seconds: the machines are shared and noisy.
+``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    data = ["--data-dir", args.data_dir] if args.data_dir else []
+    jobs = [
+        [str(HERE / "bench_simulator.py"), *data, *(["--epoch-only"] if args.quick else [])],
+        [str(HERE / "bench_gmm.py"), *(["--repeat", "1"] if args.quick else [])],
+        [str(HERE / "bench_attacks.py")],
+    ]
+    if not args.quick:
+        jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])
+    failed = 0
+    for job in jobs:
+        print(f"\n=== {' '.join(Path(j).name if j.endswith('.py') else j for j in job)}", flush=True)
+        t = time.perf_counter()
+        rc = subprocess.call([sys.executable, *job])
+        print(f"=== exit {rc}, {time.perf_counter() - t:.0f} s", flush=True)
+        failed += rc != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
