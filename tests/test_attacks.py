@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 
 import numpy as np
 import pytest
@@ -233,3 +234,58 @@ def test_surrogate_restores_best_validation_weights_and_stops_early():
     assert info["best_epoch"] <= info["epochs"]
     # with no validation rows the training codes play that role: the kept weights are the best seen
     assert flipped_loss(model, codes) == pytest.approx(info["best_val_loss"], rel=1e-6)
+
+
+# ---------------------------------------------------------------------------- `fedgca attack` on real runs
+
+
+def _tiny_run(tmp_path, data_dir, method):
+    from fedgca.config import RunConfig
+    from fedgca.simulation.runner import run
+
+    cfg = RunConfig(dataset="academic", method=method, rounds=2, recon_epochs=1, align_epochs=1, local_epochs=1,
+                    seed=100)
+    run(cfg, tmp_path / method, data_dir=data_dir, progress=False)
+    return tmp_path / method
+
+
+SMALL = {"surrogate_options": {"max_epochs": 3}, "inversion_options": {"max_steps": 5}}
+
+
+def test_attack_on_a_fedavg_run_inverts_the_victims_last_upload(tmp_path, data_dir):
+    from fedgca.attacks.run import attack_run
+    from fedgca.models import TabularAE
+
+    out = _tiny_run(tmp_path, data_dir, "fedavg")
+    rec = attack_run(out, victim=3, data_dir=data_dir, **SMALL)
+    assert rec["method"] == "fedavg" and rec["victim"] == 3 and rec["upload_round"] == 2
+    assert rec["n_targets"] == 79 and rec["n_outputs"] == 100 and rec["n_reference"] == 100
+    assert np.isfinite(rec["ntmse"]) and rec["ntmse"] > 0 and np.isfinite(rec["delta_cos"])
+    assert json.loads((out / "attack.json").read_text())["ntmse"] == rec["ntmse"]
+    npz = np.load(out / "attack_outputs.npz")
+    assert npz["outputs"].shape == (100, 22) and npz["reference"].shape == (100, 22)
+    # the upload is the victim's locally trained model, not the global average every client holds now
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    upload = {k: v[3] for k, v in ckpt["method"]["last_upload"].items()}
+    assert any(not torch.equal(upload[k], ckpt["method"]["global"][k]) for k in upload)
+    model = TabularAE(22)
+    model.load_state_dict(upload)
+
+
+def test_attack_on_a_gca_run_sees_only_codes_and_is_deterministic(tmp_path, data_dir):
+    from fedgca.attacks.run import attack_run
+
+    out = _tiny_run(tmp_path, data_dir, "gca")
+    first = attack_run(out, victim=0, data_dir=data_dir, **SMALL)
+    again = attack_run(out, victim=0, data_dir=data_dir, **SMALL)
+    assert first["n_codes"] == 39  # ⌊0.5 · 79⌋: the victim's usual upload
+    assert first["ntmse"] == again["ntmse"] and first["delta_cos"] == again["delta_cos"]
+    assert set(first["direct_decodes"]) >= {"ntmse", "delta_cos"}
+    assert np.load(out / "attack_outputs.npz")["direct_decodes"].shape == (39, 22)
+
+
+def test_attack_refuses_methods_that_send_nothing(tmp_path, data_dir):
+    from fedgca.cli.main import main as cli_main
+
+    out = _tiny_run(tmp_path, data_dir, "single")
+    assert cli_main(["attack", "--run", str(out), "--data-dir", str(data_dir)]) == 2

@@ -20,6 +20,9 @@ def register(sub) -> None:
     p.add_argument("--data-dir")
     p.add_argument("--out", default="results/compare")
     p.add_argument("--workers", type=int, default=1, help="runs in parallel, one process each (0 = in this process)")
+    p.add_argument("--attack", action="store_true",
+                   help="also attack client 0 of every gca/fedavg/fedprox/fednova/dpfedavg run (SPEC §6) "
+                        "and print the attack table; runs already attacked are not redone")
     p.set_defaults(func=cmd_compare)
 
     _register_sweep_report_comm(sub)
@@ -36,6 +39,11 @@ def cmd_compare(args) -> int:
     print(compare.render_comparison(summaries, args.methods))
     paths = compare.write_outputs(root, summaries, args.methods)
     print(f"tables written to {paths['md']} and {paths['csv']}; per-run figures in {paths['runs']}")
+    if args.attack:
+        table = compare.attack_table(base, args.dataset, args.methods, args.seeds, root, args.data_dir)
+        print(table)
+        (root / "attacks.md").write_text(table)
+        print(f"attack table written to {root / 'attacks.md'}")
     return 0
 
 

@@ -45,6 +45,20 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
     return [json.loads((sweep.run_dir(root, c) / sweep.SUMMARY).read_text()) for c in configs]
 
 
+def attack_table(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None) -> str:
+    """SPEC §6 on client 0 of every attackable run of the grid (skipping runs attacked already), as Markdown."""
+    from fedgca.attacks.run import WHITE_BOX, attack_run
+    from fedgca.experiments import sweep
+    from fedgca.reporting.report import attack_tables, md_table
+
+    records = []
+    for cfg in grid(base, datasets, [m for m in methods if m in (*WHITE_BOX, "gca")], seeds):
+        out = sweep.run_dir(root, cfg)
+        done = out / "attack.json"
+        records.append(json.loads(done.read_text()) if done.exists() else attack_run(out, victim=0, data_dir=data_dir))
+    return "\n\n".join(f"### {t.title}\n\n{md_table(t)}" for t in attack_tables(records))
+
+
 def render_comparison(summaries: list[dict], methods, style: str = "md") -> str:
     parts = []
     for title, protocol, metric in TABLES:

@@ -72,6 +72,10 @@ class FedAvgSimulation(SimMethod):
         super().__init__(fed)
         self.global_params = fed.clients.client_state_dict(0)  # θ^(0): one model for everyone
         fed.clients.set_all(self.global_params)
+        # What the server last received from each client (its locally trained θ_i, and the round):
+        # the white-box attack of SPEC §6 starts from the victim's round-R upload.
+        self.last_upload = {k: torch.zeros_like(v.detach()) for k, v in fed.clients.params.items()}
+        self.last_upload_round = [-1] * fed.num_clients
 
     # -- hooks the variants override --
     def client_loss_term(self):
@@ -87,6 +91,10 @@ class FedAvgSimulation(SimMethod):
                         self.client_loss_term())
         idx = torch.nonzero(part).flatten()
         uploads = {k: v.detach()[idx].clone() for k, v in fed.clients.params.items()}  # what each client sends
+        for k, v in uploads.items():
+            self.last_upload[k][idx] = v
+        for i in idx.tolist():
+            self.last_upload_round[i] = r
         sizes = fed.shards.sizes[idx.numpy()]
         self.global_params = self.server_rule(r, uploads, sizes)
         fed.clients.set_all(self.global_params)  # every client evaluates/deploys the global model
@@ -99,10 +107,13 @@ class FedAvgSimulation(SimMethod):
         )
 
     def state_dict(self) -> dict:
-        return {"global": self.global_params}
+        return {"global": self.global_params, "last_upload": self.last_upload,
+                "last_upload_round": self.last_upload_round}
 
     def load_state_dict(self, state: dict) -> None:
         self.global_params = state["global"]
+        if "last_upload" in state:
+            self.last_upload, self.last_upload_round = state["last_upload"], state["last_upload_round"]
 
 
 class FedProxSimulation(FedAvgSimulation):

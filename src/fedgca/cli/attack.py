@@ -1,0 +1,26 @@
+"""CLI: ``fedgca attack --run DIR [--victim I]`` (SPEC §6)."""
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("attack", help="server-side extraction attack on one victim client of a finished run",
+                       description="White-box inversion (fedavg, fedprox, fednova, dpfedavg) or latent-only "
+                                   "flipping (gca) against one client; writes attack.json, attack_outputs.npz "
+                                   "and, for images, attack_grid.png into the run directory.")
+    p.add_argument("--run", required=True, help="a finished run directory")
+    p.add_argument("--victim", type=int, default=0, help="victim client (default 0)")
+    p.add_argument("--data-dir", help="dataset directory (default: $FEDGCA_DATA_DIR, else the user cache)")
+    p.set_defaults(func=cmd_attack)
+
+
+def cmd_attack(args) -> int:
+    from fedgca.attacks.run import attack_run
+
+    rec = attack_run(args.run, victim=args.victim, data_dir=args.data_dir)
+    shown = {k: rec[k] for k in ("method", "dataset", "seed", "victim", "ntmse", "delta_cos", "attack_seconds")}
+    if "direct_decodes" in rec:
+        shown["direct_decodes"] = {k: rec["direct_decodes"][k] for k in ("ntmse", "delta_cos")}
+    print(json.dumps(shown, indent=1))
+    return 0
