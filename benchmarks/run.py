@@ -5,7 +5,8 @@
 1. ``bench_simulator.py`` — stacked simulator vs the per-client loop (ratio, GFLOP/s);
 2. ``bench_gmm.py``       — the vision-preset GMM (100 inits): batched torch EM vs scikit-learn;
 3. ``bench_attacks.py``   — seconds per SPEC §6 attack at preset sizes;
-4. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps.
+4. ``bench_vision.py``    — seconds per GCA / FedAvg round on the Fashion-MNIST preset, from timed components;
+5. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps.
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -31,6 +32,7 @@ def main() -> int:
         [str(HERE / "bench_simulator.py"), *data, *(["--epoch-only"] if args.quick else [])],
         [str(HERE / "bench_gmm.py"), *(["--repeat", "1"] if args.quick else [])],
         [str(HERE / "bench_attacks.py")],
+        [str(HERE / "bench_vision.py"), *data],
     ]
     if not args.quick:
         jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])

@@ -11,15 +11,25 @@ from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import StackedModels
 
 CHUNK_ROWS = 4096
+CHUNK_ELEMENTS = 1 << 22  # clients × rows × max(row size, 256) per forward pass: bounds activation memory
+
+
+def chunk_rows(num_clients: int, row_shape) -> int:
+    """Rows per scoring pass: large for small tabular rows, small for images (whose conv
+    activations are ~30× the input; 20 clients × 4,096 images would need ~16 GB)."""
+    row = max(int(np.prod(row_shape)), 256)
+    return int(max(16, min(CHUNK_ROWS, CHUNK_ELEMENTS // (num_clients * row))))
 
 
 @torch.no_grad()
 def shared_scores(clients: StackedModels, x: Tensor) -> Tensor:
     """s(x) = ||x − T_i(x)||² of every client's model on the same rows: [C, M]."""
     n_feature_dims = x.dim() - 1
+    step = chunk_rows(clients.num_clients, x.shape[1:])
     out = []
-    for start in range(0, len(x), CHUNK_ROWS):
-        chunk = x[start : start + CHUNK_ROWS].unsqueeze(0).expand(clients.num_clients, *x[start : start + CHUNK_ROWS].shape)
+    for start in range(0, len(x), step):
+        part = x[start : start + step]
+        chunk = part.unsqueeze(0).expand(clients.num_clients, *part.shape)
         out.append(reconstruction_per_row(chunk, clients.reconstruct(chunk), n_feature_dims))
     return torch.cat(out, dim=1)
 
@@ -28,9 +38,10 @@ def shared_scores(clients: StackedModels, x: Tensor) -> Tensor:
 def shard_scores(clients: StackedModels, shards: ClientShards) -> list[np.ndarray]:
     """Each client's scores on its own rows (padding dropped)."""
     n_feature_dims = shards.x.dim() - 2
+    step = chunk_rows(clients.num_clients, shards.x.shape[2:])
     out = []
-    for start in range(0, shards.x.shape[1], CHUNK_ROWS):
-        chunk = shards.x[:, start : start + CHUNK_ROWS]
+    for start in range(0, shards.x.shape[1], step):
+        chunk = shards.x[:, start : start + step]
         out.append(reconstruction_per_row(chunk, clients.reconstruct(chunk), n_feature_dims))
     scores = torch.cat(out, dim=1).numpy()
     return [scores[c, :n] for c, n in enumerate(shards.sizes)]
