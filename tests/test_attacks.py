@@ -289,3 +289,15 @@ def test_attack_refuses_methods_that_send_nothing(tmp_path, data_dir):
 
     out = _tiny_run(tmp_path, data_dir, "single")
     assert cli_main(["attack", "--run", str(out), "--data-dir", str(data_dir)]) == 2
+
+
+def test_vision_attack_grid_png(tmp_path):
+    from fedgca.attacks.run import save_grid
+
+    rng = np.random.default_rng(0)
+    targets = rng.uniform(-1, 1, size=(12, 1, 28, 28)).astype(np.float32)
+    outputs = np.concatenate([targets[:3], rng.uniform(-1, 1, size=(5, 1, 28, 28)).astype(np.float32)])
+    path = save_grid(tmp_path / "grid.png", targets, outputs)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rgb = rng.uniform(-1, 1, size=(4, 3, 32, 32)).astype(np.float32)
+    assert save_grid(tmp_path / "rgb.png", rgb, rgb).stat().st_size > 0
