@@ -146,7 +146,7 @@ def test_report_tables_from_fabricated_runs(fabricated):
     assert "recorded per-round bytes agree" in mib.caption()
 
     quick = _table(data, "iid_comparison_accuracy_peak_s2")
-    assert quick.grid() == [["academic", "50.00 ± 0.00"]]
+    assert quick.grid() == [["academic", "50.00 (1 seed)"]]
     assert "1 seed per cell" in quick.caption()
 
     # every table names its protocol
@@ -217,7 +217,7 @@ def test_tiny_real_run_end_to_end(tmp_path, data_dir):
     assert "GCA-GMM" in md and "academic K=10" in md
     data = report.build(tmp_path, exclude=paths["dir"])
     comp = _table(data, "iid_comparison_accuracy_peak")
-    assert comp.grid()[0][1] == f"{100 * summary['peak']['accuracy']:.2f} ± 0.00"
+    assert comp.grid()[0][1] == f"{100 * summary['peak']['accuracy']:.2f} (1 seed)"
     mib = _table(data, "comm_mib")
     assert "academic: 1 run(s)' recorded per-round bytes agree." in mib.caption()
     inputs = _table(data, "comm_inputs")

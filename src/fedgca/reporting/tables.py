@@ -43,6 +43,8 @@ def fmt(cell, scale: float = 100.0, digits: int = 2) -> str:
     mean, std, n = cell
     if n == 0:
         return "—"
+    if n == 1:  # one seed has no spread: say so rather than print ± 0
+        return f"{mean * scale:.{digits}f} (1 seed)"
     return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
 
 
