@@ -294,3 +294,22 @@ def test_registry_checksums_match_shared_sums(data_dir):
 def test_unknown_dataset():
     with pytest.raises(DataError, match="unknown dataset"):
         load_dataset("nope")
+
+
+@pytest.mark.parametrize("name,params", [("academic", 46_758), ("adult", 42_654), ("bank", 43_167),
+                                         ("magic", 38_037)])
+def test_tabular_ae_parameter_counts_on_real_widths(data_dir, name, params):
+    """SPEC §3: P = 513·dx + 35,472, on the width the real file gives."""
+    from fedgca.models import build_model, param_count
+    from fedgca.models.tabular import tabular_param_count
+
+    model = build_model(_load(name, data_dir).input_shape)
+    assert param_count(model) == tabular_param_count(model.input_dim) == params
+
+
+def test_credit_parameter_count(tmp_path):
+    from fedgca.models import build_model, param_count
+
+    (tmp_path / "credit").mkdir()
+    _write_credit(tmp_path / "credit" / "creditcard.csv")
+    assert param_count(build_model(load_tabular("credit", tmp_path, download=False).input_shape)) == 50_349
