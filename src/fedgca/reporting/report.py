@@ -157,8 +157,10 @@ def variant_of(cfg: RunConfig) -> tuple:
     from fedgca.experiments.sweep import RELEVANT
 
     d = cfg.to_dict()
+    preset = DATASET_PRESETS[cfg.dataset]
     own = sorted(RELEVANT[cfg.method] - set(SETTING_FIELDS) - AXES)
-    return tuple((f, d[f]) for f in own)
+    # a dataset's own preset (e.g. ρ = 0.5 on academic, 0.25 on magic) is one variant: "preset"
+    return tuple((f, "preset" if f in preset and d[f] == preset[f] else d[f]) for f in own)
 
 
 @dataclass
@@ -298,7 +300,7 @@ class Table:
             for c in row:
                 if isinstance(c, tuple):
                     s = tables.fmt(c, scale=self.scale, digits=self.digits)
-                    if 0 < c[2] < n_max:
+                    if 1 < c[2] < n_max:  # one seed already says "(1 seed)"
                         s += f" (n={c[2]})"
                     cells.append(s)
                 else:
