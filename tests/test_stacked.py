@@ -182,3 +182,21 @@ def test_stacked_conv_ae_equals_per_client_reference_with_unequal_shards():
     for i, ref_client in enumerate(refs):
         for name, p in ref_client.model.state_dict().items():
             torch.testing.assert_close(stack.params[name][i].detach(), p, rtol=1e-9, atol=1e-10)
+
+
+def test_client_stack_trains_on_exactly_as_inside_the_stack():
+    """A client lifted out of the stack (parameters + Adam state) takes the same next epoch."""
+    models, data = _setup(dtype=torch.float64)
+    cfg = gca.GCAConfig(k=4, rho=0.3, recon_epochs=1, align_epochs=1)
+    stack = StackedModels(models)
+    shards = ClientShards.from_arrays(data, dtype=torch.float64)
+    _simulated_round(stack, shards, cfg, seed=7, r=0)
+    solo = stack.client_stack(2, models[0])
+    solo_shard = ClientShards.from_arrays([data[2]], dtype=torch.float64)
+    part = torch.ones(len(SIZES), dtype=torch.bool)
+    gca.reconstruction_epoch(stack, shards, seeding.client_rngs(7, "recon", (1, 0), range(len(SIZES))), cfg, part)
+    gca.reconstruction_epoch(solo, solo_shard, seeding.client_rngs(7, "recon", (1, 0), [2]), cfg,
+                             torch.ones(1, dtype=torch.bool))
+    for k in stack.params:
+        torch.testing.assert_close(solo.params[k][0], stack.params[k][2], rtol=1e-9, atol=1e-12)
+        assert int(solo.optim.step_count[k][0]) == int(stack.optim.step_count[k][2])

@@ -33,7 +33,6 @@ from fedgca.attacks.metrics import leakage_metrics, select_reference_bank
 from fedgca.config import RunConfig
 from fedgca.protocol import gca
 from fedgca.training.loop import ClientShards
-from fedgca.training.stacked import StackedModels
 
 WHITE_BOX = ("fedavg", "fedprox", "fednova", "dpfedavg")
 EXTRA_RECON_EPOCHS = 5
@@ -46,22 +45,10 @@ def reference_bank(test_x: np.ndarray, test_y: np.ndarray, seed: int, n: int = N
     return test_x[normals[select_reference_bank(len(normals), n, seed=seed)]]
 
 
-def victim_solo(clients: StackedModels, victim: int, template: torch.nn.Module) -> StackedModels:
-    """The victim's model *and* Adam state as a one-client stack (it keeps training as it would)."""
-    solo = StackedModels([clients.client_model(victim, template)], clients.optim.cfg)
-    full, mine = clients.optim, solo.optim
-    for k in mine.step_count:
-        mine.step_count[k][0] = full.step_count[k][victim]
-        mine.exp_avg[k][0] = full.exp_avg[k][victim]
-        mine.exp_avg_sq[k][0] = full.exp_avg_sq[k][victim]
-    mine.epochs[0] = full.epochs[victim]
-    return solo
-
-
 def victim_upload_codes(fed, victim: int, epochs: int = EXTRA_RECON_EPOCHS) -> np.ndarray:
     """GCA victim: ``epochs`` more reconstruction epochs from its checkpoint, then its usual upload."""
     cfg = fed.cfg
-    solo = victim_solo(fed.clients, victim, fed.template)
+    solo = fed.clients.client_stack(victim, fed.template)
     shard = ClientShards.from_arrays([fed.shards.client(victim).numpy()])
     one = torch.ones(1, dtype=torch.bool)
     gcfg = gca.GCAConfig(k=cfg.k, rho=cfg.rho, batch_size=cfg.batch_size)
@@ -177,4 +164,4 @@ def save_grid(path: Path, targets: np.ndarray, outputs: np.ndarray, n: int = 8) 
     return path
 
 
-__all__ = ["attack_run", "flipping_attack", "reference_bank", "victim_solo", "victim_upload_codes", "save_grid"]
+__all__ = ["attack_run", "flipping_attack", "reference_bank", "victim_upload_codes", "save_grid"]

@@ -80,6 +80,14 @@ class StackedAdam:
     def state_dict(self) -> dict:
         return {"step": self.step_count, "m": self.exp_avg, "v": self.exp_avg_sq, "epochs": self.epochs}
 
+    def client_state_dict(self, i: int) -> dict:
+        """Client i's optimiser state, shaped as a one-client ``state_dict``."""
+        one = slice(i, i + 1)
+        return {"step": {k: v[one].clone() for k, v in self.step_count.items()},
+                "m": {k: v[one].clone() for k, v in self.exp_avg.items()},
+                "v": {k: v[one].clone() for k, v in self.exp_avg_sq.items()},
+                "epochs": self.epochs[one].clone()}
+
     def load_state_dict(self, state: dict) -> None:
         for key, mine in (("step", self.step_count), ("m", self.exp_avg), ("v", self.exp_avg_sq)):
             for k, v in state[key].items():
@@ -203,6 +211,12 @@ class StackedModels:
         model = copy.deepcopy(template)
         model.load_state_dict(self.client_state_dict(i))
         return model
+
+    def client_stack(self, i: int, template: nn.Module) -> "StackedModels":
+        """Client i alone — parameters and Adam state — as a one-client stack that trains on as it would."""
+        solo = StackedModels([self.client_model(i, template)], self.optim.cfg)
+        solo.optim.load_state_dict(self.optim.client_state_dict(i))
+        return solo
 
     @torch.no_grad()
     def set_all(self, state: dict[str, Tensor], clients: Tensor | None = None) -> None:
