@@ -95,6 +95,16 @@ def _as_float64(Z) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # Hard clustering (scikit-learn)
 # ---------------------------------------------------------------------------
+def _fit_hard(backend: "_Backend", model, Z) -> "_Backend":
+    """Fit a scikit-learn hard clusterer; counts are the sizes of its clusters on Z."""
+    Z = _as_float64(Z)
+    backend.model_ = model.fit(Z)
+    backend.centroids_ = model.cluster_centers_
+    backend.labels_ = model.predict(Z)
+    backend.counts_ = np.bincount(backend.labels_, minlength=backend.n_clusters).astype(np.float64)
+    return backend
+
+
 class KMeansBackend(_Backend):
     """K-means with ``n_init`` initialisations (SPEC §1: 10); counts = cluster sizes."""
 
@@ -105,15 +115,10 @@ class KMeansBackend(_Backend):
         self.random_state = random_state
 
     def fit(self, Z) -> "KMeansBackend":
-        Z = _as_float64(Z)
-        self.model_ = KMeans(
+        return _fit_hard(self, KMeans(
             n_clusters=self.n_clusters, n_init=self.n_init, max_iter=self.max_iter,
             random_state=self.random_state,
-        ).fit(Z)
-        self.centroids_ = self.model_.cluster_centers_
-        self.labels_ = self.model_.predict(Z)
-        self.counts_ = np.bincount(self.labels_, minlength=self.n_clusters).astype(np.float64)
-        return self
+        ), Z)
 
 
 class MiniBatchKMeansBackend(_Backend):
@@ -130,15 +135,10 @@ class MiniBatchKMeansBackend(_Backend):
         self.random_state = random_state
 
     def fit(self, Z) -> "MiniBatchKMeansBackend":
-        Z = _as_float64(Z)
-        self.model_ = MiniBatchKMeans(
+        return _fit_hard(self, MiniBatchKMeans(
             n_clusters=self.n_clusters, batch_size=self.batch_size, n_init=self.n_init,
             max_iter=self.max_iter, random_state=self.random_state,
-        ).fit(Z)
-        self.centroids_ = self.model_.cluster_centers_
-        self.labels_ = self.model_.predict(Z)
-        self.counts_ = np.bincount(self.labels_, minlength=self.n_clusters).astype(np.float64)
-        return self
+        ), Z)
 
 
 # ---------------------------------------------------------------------------
