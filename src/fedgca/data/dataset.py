@@ -29,3 +29,17 @@ class FederatedDataset:
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train.shape[1:])
+
+
+def split_info(n_train: int, test_y: np.ndarray, files, dataset_dir, test_set: str) -> dict[str, Any]:
+    """The provenance block every loader puts in ``FederatedDataset.info``: sizes, files and split."""
+    n_anomalies = int(np.asarray(test_y).sum())
+    return {
+        "n_train": int(n_train),
+        "n_test": int(len(test_y)),
+        "n_anomalies": n_anomalies,
+        "n_test_normals": int(len(test_y) - n_anomalies),
+        "files": files,
+        "data_dir": str(dataset_dir),
+        "test_set": test_set,
+    }

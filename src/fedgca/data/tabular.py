@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .dataset import FederatedDataset
+from .dataset import FederatedDataset, split_info
 from .paths import REMOTE_FILES, DataError, ensure_files, locate, resolve_data_dir
 
 # --------------------------------------------------------------------------- formats
@@ -499,13 +499,7 @@ def load_tabular(name: str, data_dir: Path | str | None = None, download: bool =
     pre = TabularPreprocessor().fit(X_train)
     test_y = y_test.isin(fmt.anomaly).to_numpy().astype(np.int64)
     info = {
-        "n_train": int(len(X_train)),
-        "n_test": int(len(test_y)),
-        "n_anomalies": int(test_y.sum()),
-        "n_test_normals": int(len(test_y) - test_y.sum()),
-        "files": files,
-        "data_dir": str(dataset_dir),
-        "test_set": test_set,
+        **split_info(len(X_train), test_y, files, dataset_dir, test_set),
         "normal": list(fmt.normal),
         "anomaly": list(fmt.anomaly),
         "raw_columns": list(fmt.features),

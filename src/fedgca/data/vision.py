@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import seeding
-from .dataset import FederatedDataset
+from .dataset import FederatedDataset, split_info
 from .paths import REMOTE_FILES, DataError, ensure_files, resolve_data_dir
 
 __all__ = [
@@ -375,13 +375,7 @@ def load_vision(
         )
     names = CLASS_NAMES[name]
     info = {
-        "n_train": int(len(train)),
-        "n_test": int(len(test_y)),
-        "n_anomalies": int(test_y.sum()),
-        "n_test_normals": int(len(test_y) - test_y.sum()),
-        "files": files,
-        "data_dir": str(dataset_dir),
-        "test_set": "provided test split, the two classes",
+        **split_info(len(train), test_y, files, dataset_dir, "provided test split, the two classes"),
         "seed": int(seed),
         "normal": [int(normal)],
         "anomaly": [int(anomaly)],
