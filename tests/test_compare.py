@@ -19,6 +19,9 @@ def test_compare_runs_once_and_renders_the_paper_layout(tmp_path, data_dir):
     header = next(line for line in md.splitlines() if line.startswith("|"))
     assert "gca" in header.lower() and "fedavg" in header.lower()
     assert any(line.startswith("| academic") for line in md.splitlines())  # one row per dataset
+    total = sum(s["wall_seconds"] for s in first)
+    assert md.splitlines()[0] == (f"Setting: rounds R = 1; seeds 100, 200; partition iid; 4 runs, {total:.0f} s of run "
+                                  "time in all (sum of per-run wall seconds).")
     mean = 100 * (first[0]["peak"]["accuracy"] + first[1]["peak"]["accuracy"]) / 2
     assert f"{mean:.1f}" in md
     paths = compare.write_outputs(tmp_path, first, methods)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 
@@ -35,8 +36,11 @@ def cmd_compare(args) -> int:
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
     base = RunConfig(dataset=args.dataset[0], rounds=args.rounds)
+    started = time.perf_counter()
     summaries = compare.run_grid(base, args.dataset, args.methods, args.seeds, root, args.data_dir, args.workers)
+    elapsed = time.perf_counter() - started
     print(compare.render_comparison(summaries, args.methods))
+    print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
     paths = compare.write_outputs(root, summaries, args.methods)
     print(f"tables written to {paths['md']} and {paths['csv']}; per-run figures in {paths['runs']}")
     if args.attack:

@@ -59,8 +59,18 @@ def attack_table(base: RunConfig, datasets, methods, seeds, root: Path, data_dir
     return "\n\n".join(f"### {t.title}\n\n{md_table(t)}" for t in attack_tables(records))
 
 
+def setting(summaries: list[dict]) -> str:
+    """What the tables were measured on: rounds, seeds, partition, and the compute the runs took."""
+    def values(key):
+        return ", ".join(str(v) for v in sorted({s.get(key) for s in summaries}, key=str))
+
+    run_seconds = sum(float(s.get("wall_seconds", 0.0)) for s in summaries)
+    return (f"Setting: rounds R = {values('rounds')}; seeds {values('seed')}; partition {values('partition')}; "
+            f"{len(summaries)} runs, {run_seconds:.0f} s of run time in all (sum of per-run wall seconds).")
+
+
 def render_comparison(summaries: list[dict], methods, style: str = "md") -> str:
-    parts = []
+    parts = [setting(summaries) + ("\n" if style == "md" else "")]
     for title, protocol, metric in TABLES:
         table = tables.pivot(summaries, protocol, metric)
         body = tables.render(table, list(methods), style=style)
