@@ -26,3 +26,23 @@ def test_detection_metrics_accuracy_thresholds_and_nan_client():
     res = detection_metrics(scores, y, thr)
     assert res["per_client"]["accuracy"] == [1.0, 0.5]
     assert res["per_client"]["auroc"][0] == 1.0 and np.isnan(res["per_client"]["auroc"][1])
+
+
+def test_scores_do_not_depend_on_the_pass_size(monkeypatch, data_dir):
+    """Scoring in cache-sized passes (the default) equals scoring all rows in one pass, row by row."""
+    import torch
+
+    import fedgca.evaluation.metrics as m
+    from fedgca.config import RunConfig
+    from fedgca.simulation.federation import build_federation
+
+    fed = build_federation(RunConfig(dataset="magic", method="gca").resolved(), data_dir)
+    assert m.chunk_rows(fed.clients.num_clients, fed.test_x.shape[1:]) < 200
+    chunked = m.shared_scores(fed.clients, fed.test_x)
+    train_chunked = m.shard_scores(fed.clients, fed.shards)
+    monkeypatch.setattr(m, "chunk_rows", lambda num_clients, row_shape: 1 << 30)
+    whole = m.shared_scores(fed.clients, fed.test_x)
+    assert chunked.shape == whole.shape == (fed.clients.num_clients, len(fed.test_x))
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=0)
+    for a, b in zip(train_chunked, m.shard_scores(fed.clients, fed.shards)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=0)

