@@ -46,3 +46,20 @@ def test_scores_do_not_depend_on_the_pass_size(monkeypatch, data_dir):
     torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=0)
     for a, b in zip(train_chunked, m.shard_scores(fed.clients, fed.shards)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=0)
+
+
+def test_image_scores_do_not_depend_on_the_pass_size(monkeypatch):
+    """The same for the conv autoencoder: 20 clients × 28×28 images score in 256-row passes."""
+    import torch
+
+    import fedgca.evaluation.metrics as m
+    from fedgca.models.conv import ConvAE
+    from fedgca.training.stacked import StackedModels
+
+    torch.manual_seed(0)
+    clients = StackedModels([ConvAE(1, 28, 28) for _ in range(20)])
+    x = torch.rand(600, 1, 28, 28) * 2 - 1
+    assert m.chunk_rows(20, x.shape[1:]) == 256
+    chunked = m.shared_scores(clients, x)
+    monkeypatch.setattr(m, "chunk_rows", lambda num_clients, row_shape: 1 << 30)
+    torch.testing.assert_close(chunked, m.shared_scores(clients, x), rtol=1e-5, atol=1e-7)
