@@ -7,7 +7,8 @@
 3. ``bench_attacks.py``   — seconds per SPEC §6 attack at preset sizes;
 4. ``bench_vision.py``    — seconds per GCA / FedAvg round on the Fashion-MNIST preset, from timed components;
 5. ``bench_scoring.py``  — test-set scoring by rows per pass (cache-sized passes vs large ones);
-6. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps.
+6. ``bench_adam.py``     — one Adam step for C stacked clients vs C per-client torch Adams;
+7. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps.
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -35,6 +36,7 @@ def main() -> int:
         [str(HERE / "bench_attacks.py")],
         [str(HERE / "bench_vision.py"), *data],
         [str(HERE / "bench_scoring.py"), *data, *(["--repeat", "2"] if args.quick else [])],
+        [str(HERE / "bench_adam.py"), *data, *(["--repeat", "50"] if args.quick else [])],
     ]
     if not args.quick:
         jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from fedgca import provenance
 from fedgca.cli.main import main as cli_main
 from fedgca.config import RunConfig
 from fedgca.simulation.runner import run
 
 SUMMARY_KEYS = {"dataset", "method", "seed", "rounds", "clients", "input_dim", "param_count", "uploads_per_round",
-                "bytes_up_per_round", "bytes_down_per_round", "wall_seconds", "final", "peak", "selected"}
+                "bytes_up_per_round", "bytes_down_per_round", "wall_seconds", "code", "final", "peak", "selected"}
 
 
 def tiny(dataset="academic", **kw):
@@ -38,6 +40,17 @@ def test_gca_run_writes_every_output(tmp_path, data_dir):
     assert json.loads((tmp_path / "config.json").read_text())["k"] == 80
     assert len(list((tmp_path / "clients").iterdir())) == 10
     assert s["selected"]["rule"].startswith("final round")
+    assert s["code"]["torch"] == torch.__version__ and s["code"]["fedgca"]
+
+
+def test_code_version_names_the_commit_of_a_checkout():
+    git = provenance.code_version()["git"]
+    repo = Path(provenance.__file__).parent
+    if subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        assert git is None  # an installed wheel, or no git: nothing to name
+    else:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        assert git.removesuffix("-dirty") == head.strip()
 
 
 def test_same_seed_same_numbers(tmp_path, data_dir):

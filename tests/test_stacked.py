@@ -104,33 +104,45 @@ def test_partial_participation_only_moves_participants():
         assert not torch.equal(v[0], before[k][0])
 
 
-def _runs_brute_force(active, steps, lrs):
-    """Clients grouped one by one: a run continues while active with the run start's step and lr."""
-    runs, start = [], None
-    for i in range(len(active) + 1):
-        same = start is not None and i < len(active) and bool(active[i]) and steps[i] == steps[start] \
-            and lrs[i] == lrs[start]
-        if start is not None and not same:
-            runs.append((start, i))
-            start = None
-        if start is None and i < len(active) and bool(active[i]):
-            start = i
-    return runs
-
-
-def test_adam_client_runs_match_brute_force():
-    from fedgca.training.stacked import _runs
+def test_stacked_adam_is_bit_identical_to_independent_fused_adams():
+    """Random activity makes step counts drift apart and StepLR splits the learning rates:
+    every client still gets exactly torch.optim.Adam(fused=True)'s update, bit for bit."""
+    from fedgca.training.stacked import AdamConfig, StackedAdam
 
     gen = torch.Generator().manual_seed(0)
-    for _ in range(300):
-        n = int(torch.randint(1, 12, (1,), generator=gen))
-        active = torch.rand(n, generator=gen) < 0.7
-        steps = torch.randint(0, 3, (n,), generator=gen)
-        lrs = 1e-3 * 0.1 ** torch.randint(0, 2, (n,), generator=gen).to(torch.float64)
-        assert _runs(active, steps, lrs) == _runs_brute_force(active, steps, lrs)
-    ones = torch.ones(5, dtype=torch.bool)
-    assert _runs(ones, torch.zeros(5, dtype=torch.long), torch.full((5,), 1e-3, dtype=torch.float64)) == [(0, 5)]
-    assert _runs(~ones, torch.zeros(5, dtype=torch.long), torch.full((5,), 1e-3, dtype=torch.float64)) == []
+    n_clients, shapes = 5, {"w": (3, 4), "b": (3,)}
+    stacked = {k: torch.randn(n_clients, *s, generator=gen) for k, s in shapes.items()}
+    cfg = AdamConfig(lr_step=2)  # lr drops after 2 epochs: clients end up on different learning rates
+    opt = StackedAdam(stacked, cfg)
+    solo = [{k: stacked[k][i].clone().requires_grad_(True) for k in shapes} for i in range(n_clients)]
+    refs = [torch.optim.Adam(list(p.values()), lr=cfg.lr, fused=True) for p in solo]
+    sched = [torch.optim.lr_scheduler.StepLR(o, cfg.lr_step, cfg.lr_gamma) for o in refs]
+    split_lrs = 0
+    for epoch in range(5):
+        split_lrs += len(set(opt.lr().tolist())) > 1
+        epoch_active = torch.rand(n_clients, generator=gen) < 0.7
+        for _ in range(4):
+            active = epoch_active & (torch.rand(n_clients, generator=gen) < 0.6)
+            grads = {k: torch.randn(n_clients, *s, generator=gen) for k, s in shapes.items()}
+            only = sorted(shapes)[: 1 + epoch % 2]  # sometimes a tensor gets no gradient (frozen)
+            opt.step({k: grads[k] for k in only}, active)
+            for i in map(int, active.nonzero().flatten()):
+                for k in only:
+                    solo[i][k].grad = grads[k][i].clone()
+                refs[i].step()
+                refs[i].zero_grad(set_to_none=True)
+        opt.end_epoch(epoch_active)
+        for i in map(int, epoch_active.nonzero().flatten()):
+            sched[i].step()
+    assert split_lrs and len(set(opt.step_count["b"].tolist())) > 2  # the hard cases did occur
+    for i in range(n_clients):
+        for k in shapes:
+            assert torch.equal(stacked[k][i], solo[i][k].detach()), (i, k)
+            state = refs[i].state.get(solo[i][k], {})
+            assert int(opt.step_count[k][i]) == int(state.get("step", 0))
+            if state:
+                assert torch.equal(opt.exp_avg[k][i], state["exp_avg"])
+                assert torch.equal(opt.exp_avg_sq[k][i], state["exp_avg_sq"])
 
 
 def test_batched_mlp_forward_and_gradients_equal_vmap():

@@ -50,6 +50,7 @@ from fedgca.flower.records import (
 from fedgca.models import param_count
 from fedgca.protocol import gca
 from fedgca.protocol.gca import UploadError
+from fedgca.provenance import code_version
 from fedgca.simulation.reporting import protocol_results
 from fedgca.simulation.runner import METRIC_FIELDS
 
@@ -349,6 +350,7 @@ class FlowerServer:
             "bytes_total": int(sum(c["bytes_up"] + c["bytes_down"] for c in self.comm)),
             "wall_seconds": round(wall, 3),
             "round_wall_seconds": [c["wall_seconds"] for c in self.comm],
+            "code": code_version(),  # the server's; each client runs its own install
             "participation": [{"round": c["round"], "sampled": c["participants"], "took_part": c["took_part"],
                                "dropped": c["dropped"], "rejected": c["rejected"]} for c in self.comm],
         }

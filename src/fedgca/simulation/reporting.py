@@ -7,6 +7,7 @@ import numpy as np
 
 from fedgca.config import RunConfig
 from fedgca.models import param_count
+from fedgca.provenance import code_version
 
 METRICS = ("accuracy", "auroc", "auprc")
 
@@ -65,6 +66,7 @@ def summarise(cfg: RunConfig, fed, method, rows: list[dict], comm: list[dict], w
         "bytes_down_per_round": _per_round([c["bytes_down"] for c in comm]),
         "bytes_total": int(sum(c["bytes_up"] + c["bytes_down"] for c in comm)),
         "wall_seconds": round(wall, 3),
+        "code": code_version(),  # the code that finished the run (a resumed run may have started on another)
         **protocol_results(rows, fed.val_shards is not None),
         **getattr(method, "summary_extra", lambda: {})(),
     }

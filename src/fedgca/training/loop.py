@@ -85,7 +85,7 @@ def run_epoch(
         xb = shards.x[rows, idx[step]]
         loss = loss_fn(xb, mask[step])
         grads = torch.autograd.grad(loss.sum(), params)
-        clients.optim.step(clients.params, dict(zip(keys, grads)), active)
+        clients.optim.step(dict(zip(keys, grads)), active)
         total += loss.detach() * active
         n_batches += active
     clients.optim.end_epoch(participating)

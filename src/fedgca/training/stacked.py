@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
@@ -34,36 +33,42 @@ class StackedAdam:
 
     State per parameter tensor and client: step count t, moments m and v —
     exactly what ``torch.optim.Adam`` keeps per parameter. The update itself is
-    torch's own fused Adam kernel, applied to runs of consecutive clients that
-    share (step count, learning rate): with equal shards that is one call per
-    tensor for all C clients; unequal shards fall back to smaller runs.
-    A parameter that receives no gradient (the frozen decoder during
-    alignment) is not touched, nor is its state.
+    torch's own fused Adam kernel, one call per mini-batch (per learning rate)
+    with every active client's slice of every tensor as its own tensor and
+    step count: unequal shards, whose step counts drift apart, cost no more
+    calls than equal ones. A parameter that receives no gradient (the frozen
+    decoder during alignment) is not touched, nor is its state.
     """
 
     def __init__(self, params: dict[str, Tensor], cfg: AdamConfig):
         self.cfg = cfg
         n_clients = next(iter(params.values())).shape[0]
-        self.step_count = {k: torch.zeros(n_clients, dtype=torch.long) for k in params}
+        # float32 like torch.optim.Adam's `step`; the kernel advances it in place
+        self.step_count = {k: torch.zeros(n_clients) for k in params}
         self.exp_avg = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
         self.exp_avg_sq = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
         self.epochs = torch.zeros(n_clients, dtype=torch.long)  # StepLR counters, one step per local epoch
+        # per-client views (parameter, m, v, t) of each tensor: the kernel's arguments, made once
+        self._client_views = {
+            k: list(zip(p.detach().unbind(0), self.exp_avg[k].unbind(0), self.exp_avg_sq[k].unbind(0),
+                        self.step_count[k].unbind(0)))
+            for k, p in params.items()
+        }
 
     def lr(self) -> Tensor:
         return self.cfg.lr * self.cfg.lr_gamma ** (self.epochs // self.cfg.lr_step).to(torch.float64)
 
     @torch.no_grad()
-    def step(self, params: dict[str, Tensor], grads: dict[str, Tensor], active: Tensor) -> None:
+    def step(self, grads: dict[str, Tensor], active: Tensor) -> None:
         """One Adam step for the clients where ``active`` [C] is true."""
         lrs = self.lr()
-        for name, g in grads.items():
-            steps = self.step_count[name]
-            for a, b in _runs(active, steps, lrs):
-                _fused_adam(
-                    params[name].detach()[a:b], g[a:b].contiguous(), self.exp_avg[name][a:b], self.exp_avg_sq[name][a:b],
-                    step=int(steps[a]), lr=float(lrs[a]), cfg=self.cfg,
-                )
-                steps[a:b] += 1
+        clients = active.nonzero().flatten().tolist()
+        for lr in sorted({float(lrs[i]) for i in clients}):
+            group = [i for i in clients if float(lrs[i]) == lr]
+            slots = [(*self._client_views[name][i], rows[i])  # (parameter, m, v, t, gradient) of one client
+                     for name, rows in ((n, g.unbind(0)) for n, g in grads.items()) for i in group]
+            p, m, v, t, g = (list(column) for column in zip(*slots))
+            _fused_adam(p, g, m, v, t, lr, self.cfg)
 
     def end_epoch(self, active: Tensor) -> None:
         self.epochs += active.long()
@@ -93,24 +98,6 @@ class StackedAdam:
             for k, v in state[key].items():
                 mine[k].copy_(v)
         self.epochs.copy_(state["epochs"])
-
-
-def _runs(active: Tensor, steps: Tensor, lrs: Tensor) -> list[tuple[int, int]]:
-    """Maximal runs [a, b) of consecutive active clients with equal step count and lr.
-
-    Vectorised (this runs once per tensor and mini-batch; a Python loop over
-    clients here cost more than the Adam arithmetic itself).
-    """
-    act = active.numpy().astype(bool)
-    if not act.any():
-        return []
-    st, lr = steps.numpy(), lrs.numpy()
-    if act.all() and (st == st[0]).all() and (lr == lr[0]).all():
-        return [(0, len(act))]  # the common case: equal shards, every client active
-    # a run breaks where activity, step count or lr changes between neighbours
-    brk = np.flatnonzero((act[1:] != act[:-1]) | (st[1:] != st[:-1]) | (lr[1:] != lr[:-1])) + 1
-    bounds = np.concatenate(([0], brk, [len(act)]))
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if act[a]]
 
 
 def _mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
@@ -144,11 +131,11 @@ def _stacked_mlp(params: dict[str, Tensor], prefix: str, layers, x: Tensor) -> T
     return h.transpose(1, 2)
 
 
-def _fused_adam(p: Tensor, g: Tensor, m: Tensor, v: Tensor, *, step: int, lr: float, cfg: AdamConfig) -> None:
-    """torch's fused Adam kernel on one slice of clients that share a step count."""
-    state_step = torch.tensor(float(step))
+def _fused_adam(p: list[Tensor], g: list[Tensor], m: list[Tensor], v: list[Tensor], t: list[Tensor],
+                lr: float, cfg: AdamConfig) -> None:
+    """torch's fused Adam kernel over lists of tensors; it increments each step count ``t`` before use."""
     adam(
-        [p], [g], [m], [v], [], [state_step], foreach=False, fused=True, capturable=False,
+        p, g, m, v, [], t, foreach=False, fused=True, capturable=False,
         differentiable=False, grad_scale=None, found_inf=None, has_complex=False, amsgrad=False,
         beta1=cfg.betas[0], beta2=cfg.betas[1], lr=lr, weight_decay=0.0, eps=cfg.eps, maximize=False,
     )
