@@ -45,12 +45,12 @@ def test_gca_run_writes_every_output(tmp_path, data_dir):
 
 def test_code_version_names_the_commit_of_a_checkout():
     git = provenance.code_version()["git"]
-    repo = Path(provenance.__file__).parent
-    if subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+    head = subprocess.run(["git", "-C", str(Path(provenance.__file__).parent), "rev-parse", "HEAD"],
+                          capture_output=True, text=True)
+    if head.returncode != 0:
         assert git is None  # an installed wheel, or no git: nothing to name
     else:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        assert git.removesuffix("-dirty") == head.strip()
+        assert git.removesuffix("-dirty") == head.stdout.strip()
 
 
 def test_same_seed_same_numbers(tmp_path, data_dir):

@@ -61,10 +61,10 @@ class StackedAdam:
     @torch.no_grad()
     def step(self, grads: dict[str, Tensor], active: Tensor) -> None:
         """One Adam step for the clients where ``active`` [C] is true."""
-        lrs = self.lr()
+        lrs = self.lr().tolist()
         clients = active.nonzero().flatten().tolist()
-        for lr in sorted({float(lrs[i]) for i in clients}):
-            group = [i for i in clients if float(lrs[i]) == lr]
+        for lr in sorted({lrs[i] for i in clients}):  # one lr in practice: StepLR steps every 1000 epochs
+            group = [i for i in clients if lrs[i] == lr]
             slots = [(*self._client_views[name][i], rows[i])  # (parameter, m, v, t, gradient) of one client
                      for name, rows in ((n, g.unbind(0)) for n, g in grads.items()) for i in group]
             p, m, v, t, g = (list(column) for column in zip(*slots))
