@@ -20,6 +20,7 @@ from fedgca.config import DATASET_PRESETS
 from fedgca.data import iid_partition, load_dataset
 from fedgca.models import TabularAE, param_count
 from fedgca.protocol import gca
+from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.training.loop import ClientShards
 from fedgca.training.reference import ReferenceClient, reference_gca_round
@@ -39,12 +40,12 @@ def stacked_round(stack, shards, cfg, r):
     part = torch.ones(shards.num_clients, dtype=torch.bool)
     ids = range(shards.num_clients)
     for e in range(cfg.recon_epochs):
-        gca.reconstruction_epoch(stack, shards, seeding.client_rngs(0, "recon", (r, e), ids), cfg, part)
-    uploads = gca.encode_uploads(stack, shards, seeding.client_rngs(0, "upload", (r,), ids), cfg.rho, part)
+        gca_training.reconstruction_epoch(stack, shards, seeding.client_rngs(0, "recon", (r, e), ids), cfg, part)
+    uploads = gca_training.encode_uploads(stack, shards, seeding.client_rngs(0, "upload", (r,), ids), cfg.rho, part)
     payload = gca.broadcast_payload(gca.aggregate_codes(uploads, cfg, seeding.int_seed(0, "cluster", r)))
     summary = ClusterSummary(payload["centroids"], payload["counts"])
     for e in range(cfg.align_epochs):
-        gca.alignment_epoch(stack, shards, seeding.client_rngs(0, "align", (r, e), ids), cfg, summary, part)
+        gca_training.alignment_epoch(stack, shards, seeding.client_rngs(0, "align", (r, e), ids), cfg, summary, part)
 
 
 def timed(fn) -> float:
@@ -67,7 +68,7 @@ def bench(name: str, data_dir, skip_round: bool) -> list[dict]:
     flops_epoch = 6 * param_count(models[0]) * rows_total
 
     def stacked_epoch(e):
-        gca.reconstruction_epoch(stack, shards, seeding.client_rngs(0, "recon", (99, e), ids), cfg, part)
+        gca_training.reconstruction_epoch(stack, shards, seeding.client_rngs(0, "recon", (99, e), ids), cfg, part)
 
     def reference_epoch(e):
         for c in refs:

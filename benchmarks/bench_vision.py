@@ -24,6 +24,7 @@ import torch
 from fedgca import seeding
 from fedgca.config import RunConfig
 from fedgca.protocol import gca
+from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.simulation.federation import build_federation
 from fedgca.simulation.registry import method_class
@@ -45,13 +46,13 @@ def main() -> None:
     fed = build_federation(cfg, args.data_dir)
     method = method_class("gca")(fed)
     g, part, ids = method.gcfg, fed.participants(0), range(fed.num_clients)
-    t_recon = timed(lambda: gca.reconstruction_epoch(fed.clients, fed.shards,
+    t_recon = timed(lambda: gca_training.reconstruction_epoch(fed.clients, fed.shards,
                                                      seeding.client_rngs(0, "recon", (0, 0), ids), g, part))
-    uploads = gca.encode_uploads(fed.clients, fed.shards, seeding.client_rngs(0, "upload", (0,), ids), g.rho, part)
+    uploads = gca_training.encode_uploads(fed.clients, fed.shards, seeding.client_rngs(0, "upload", (0,), ids), g.rho, part)
     box = {}
     t_gmm = timed(lambda: box.setdefault("s", gca.aggregate_codes(uploads, g, 0)))
     summary = ClusterSummary(box["s"].centroids, box["s"].counts)
-    t_align = timed(lambda: gca.alignment_epoch(fed.clients, fed.shards,
+    t_align = timed(lambda: gca_training.alignment_epoch(fed.clients, fed.shards,
                                                 seeding.client_rngs(0, "align", (0, 0), ids), g, summary, part))
     t_eval = timed(lambda: _evaluate(fed, method, 0, "round", -1))
     gca_round = g.recon_epochs * t_recon + g.align_epochs * t_align + (g.recon_epochs + 1) * t_eval + t_gmm

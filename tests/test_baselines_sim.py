@@ -1,5 +1,4 @@
 """Baselines in the simulator (SPEC §2) on real data, tiny budgets."""
-import json
 
 import pytest
 

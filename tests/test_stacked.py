@@ -2,12 +2,12 @@
 import copy
 
 import numpy as np
-import pytest
 import torch
 
 from fedgca import seeding
 from fedgca.models import TabularAE
 from fedgca.protocol import gca
+from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.training.loop import ClientShards
 from fedgca.training.reference import ReferenceClient, reference_gca_round
@@ -28,12 +28,12 @@ def _simulated_round(stack, shards, cfg, seed, r, part=None):
     part = torch.ones(len(SIZES), dtype=torch.bool) if part is None else part
     ids = range(len(SIZES))
     for e in range(cfg.recon_epochs):
-        gca.reconstruction_epoch(stack, shards, seeding.client_rngs(seed, "recon", (r, e), ids), cfg, part)
-    uploads = gca.encode_uploads(stack, shards, seeding.client_rngs(seed, "upload", (r,), ids), cfg.rho, part)
+        gca_training.reconstruction_epoch(stack, shards, seeding.client_rngs(seed, "recon", (r, e), ids), cfg, part)
+    uploads = gca_training.encode_uploads(stack, shards, seeding.client_rngs(seed, "upload", (r,), ids), cfg.rho, part)
     payload = gca.broadcast_payload(gca.aggregate_codes(uploads, cfg, seeding.int_seed(seed, "cluster", r)))
     summary = ClusterSummary(payload["centroids"], payload["counts"])
     for e in range(cfg.align_epochs):
-        gca.alignment_epoch(stack, shards, seeding.client_rngs(seed, "align", (r, e), ids), cfg, summary, part)
+        gca_training.alignment_epoch(stack, shards, seeding.client_rngs(seed, "align", (r, e), ids), cfg, summary, part)
     return uploads, payload
 
 
@@ -67,7 +67,7 @@ def test_idle_client_takes_no_step():
     models, data = _setup()
     stack, shards = StackedModels(models), ClientShards.from_arrays(data)
     cfg = gca.GCAConfig(recon_epochs=1)
-    gca.reconstruction_epoch(stack, shards, seeding.client_rngs(0, "recon", (0, 0), range(4)), cfg,
+    gca_training.reconstruction_epoch(stack, shards, seeding.client_rngs(0, "recon", (0, 0), range(4)), cfg,
                              torch.ones(4, dtype=torch.bool))
     steps = stack.optim.step_count["encoder.0.weight"].tolist()
     assert steps == [3, 2, 1, 2]  # ceil(N_i / 50): no step once a client has run out of batches
@@ -78,12 +78,12 @@ def test_alignment_leaves_decoder_and_its_adam_state_bit_identical():
     stack, shards = StackedModels(models), ClientShards.from_arrays(data)
     cfg = gca.GCAConfig(recon_epochs=1, align_epochs=2, k=3)
     part = torch.ones(4, dtype=torch.bool)
-    gca.reconstruction_epoch(stack, shards, seeding.client_rngs(0, "recon", (0, 0), range(4)), cfg, part)
+    gca_training.reconstruction_epoch(stack, shards, seeding.client_rngs(0, "recon", (0, 0), range(4)), cfg, part)
     before = {k: (stack.params[k].detach().clone(), stack.optim.exp_avg[k].clone(),
                   stack.optim.exp_avg_sq[k].clone(), stack.optim.step_count[k].clone()) for k in stack.params}
     summary = ClusterSummary(np.random.default_rng(0).normal(size=(3, 16)).astype(np.float32),
                              np.array([5.0, 1.0, 0.0]))
-    gca.alignment_epoch(stack, shards, seeding.client_rngs(0, "align", (0, 0), range(4)), cfg, summary, part)
+    gca_training.alignment_epoch(stack, shards, seeding.client_rngs(0, "align", (0, 0), range(4)), cfg, summary, part)
     for k in stack.decoder_keys:
         for a, b in zip(before[k], (stack.params[k], stack.optim.exp_avg[k], stack.optim.exp_avg_sq[k],
                                     stack.optim.step_count[k])):
@@ -182,10 +182,10 @@ def test_stacked_conv_ae_equals_per_client_reference_with_unequal_shards():
     shards = ClientShards.from_arrays(data, dtype=torch.float64)
     part = torch.ones(len(sizes), dtype=torch.bool)
     ids = range(len(sizes))
-    gca.reconstruction_epoch(stack, shards, seeding.client_rngs(3, "recon", (0, 0), ids), cfg, part)
-    uploads = gca.encode_uploads(stack, shards, seeding.client_rngs(3, "upload", (0,), ids), cfg.rho, part)
+    gca_training.reconstruction_epoch(stack, shards, seeding.client_rngs(3, "recon", (0, 0), ids), cfg, part)
+    uploads = gca_training.encode_uploads(stack, shards, seeding.client_rngs(3, "upload", (0,), ids), cfg.rho, part)
     payload = gca.broadcast_payload(gca.aggregate_codes(uploads, cfg, seeding.int_seed(3, "cluster", 0)))
-    gca.alignment_epoch(stack, shards, seeding.client_rngs(3, "align", (0, 0), ids), cfg,
+    gca_training.alignment_epoch(stack, shards, seeding.client_rngs(3, "align", (0, 0), ids), cfg,
                         ClusterSummary(payload["centroids"], payload["counts"]), part)
     ref = reference_gca_round(refs, cfg, seed=3, r=0)
     for a, b in zip(uploads, ref["uploads"]):
@@ -206,8 +206,8 @@ def test_client_stack_trains_on_exactly_as_inside_the_stack():
     solo = stack.client_stack(2, models[0])
     solo_shard = ClientShards.from_arrays([data[2]], dtype=torch.float64)
     part = torch.ones(len(SIZES), dtype=torch.bool)
-    gca.reconstruction_epoch(stack, shards, seeding.client_rngs(7, "recon", (1, 0), range(len(SIZES))), cfg, part)
-    gca.reconstruction_epoch(solo, solo_shard, seeding.client_rngs(7, "recon", (1, 0), [2]), cfg,
+    gca_training.reconstruction_epoch(stack, shards, seeding.client_rngs(7, "recon", (1, 0), range(len(SIZES))), cfg, part)
+    gca_training.reconstruction_epoch(solo, solo_shard, seeding.client_rngs(7, "recon", (1, 0), [2]), cfg,
                              torch.ones(1, dtype=torch.bool))
     for k in stack.params:
         torch.testing.assert_close(solo.params[k][0], stack.params[k][2], rtol=1e-9, atol=1e-12)

@@ -1,10 +1,20 @@
-"""Run configuration: SPEC §8 presets, every one overridable."""
+"""Run configuration: SPEC §8 presets, every one overridable, validated in one place.
+
+``RunConfig`` is the single source of every run option: its fields carry their
+help text (``metadata["help"]``) and the CLI (``fedgca run --help``) and the
+Flower run-config keys are generated from them; ``resolved()`` fills the
+dataset presets and validates every field before anything is written.
+"""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+
+from fedgca import methods
+from fedgca.protocol.fedprox import effective_coefficient
 
 # SPEC §4 table: (clients C, K*, upload fraction ρ) per dataset.
 DATASET_PRESETS: dict[str, dict] = {
@@ -16,86 +26,140 @@ DATASET_PRESETS: dict[str, dict] = {
     "cifar10": {"clients": 20, "k": 20, "rho": 0.1},
     "fashion_mnist": {"clients": 20, "k": 10, "rho": 0.1},
 }
-METHODS = ("gca", "single", "centralized", "fedavg", "fedprox", "fednova", "dpfedavg")
+METHODS = methods.names()  # the registry's, in the paper's table order
 BACKENDS = ("gmm", "kmeans", "softkmeans", "minibatch")
+WEIGHTINGS = ("inverse", "uniform")
+PARTITIONS = ("iid", "dirichlet")
 K_GRID = (10, 20, 40, 80)
 SEEDS = (100, 200, 300)
+
+
+def _opt(default, help: str, *, choices=None, preset: bool = False):
+    """A RunConfig field with its CLI help (``preset``: None means the dataset's SPEC preset)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "preset": preset})
 
 
 @dataclass
 class RunConfig:
     """Everything that determines a run's numbers (the data directory does not)."""
 
-    dataset: str
-    method: str = "gca"
-    seed: int = 100
-    rounds: int = 100
-    clients: int | None = None  # None → dataset preset
-    k: int | None = None
-    rho: float | None = None
-    recon_epochs: int = 5
-    align_epochs: int = 5
-    local_epochs: int = 10  # baselines' per-round budget (GCA's 5 + 5)
-    participation: float = 1.0
-    batch_size: int = 50
-    lr: float = 1e-3
-    lr_step: int = 1000  # StepLR, stepped once per local epoch
-    lr_gamma: float = 0.1
-    backend: str = "gmm"
-    weights: str = "inverse"  # "inverse" | "uniform" (ablation)
-    gamma: float = 1.0
-    w_max: float = 6.0
-    weight_eps: float = 1e-6
-    partition: str = "iid"  # "iid" | "dirichlet"
-    alpha: float = 0.1
-    quantile: float = 0.75
-    val_fraction: float = 0.0  # paper presets: 0 (then "selected" = final round)
-    eval_align_epochs: bool = False  # diagnostic evaluations after each alignment epoch
-    fedprox_mu: float = 1e-2
-    fedprox_coef: float | None = None  # effective c; None → μ / (2B)
-    dp_clip: float = 1.0
-    dp_sigma: float = 1.0
-    dp_delta: float = 1e-5
+    dataset: str = field(metadata={"help": "dataset", "choices": tuple(DATASET_PRESETS)})
+    method: str = _opt("gca", "federated method", choices=METHODS)
+    seed: int = _opt(100, "seed of every random draw (partition, init, batches, uploads, clustering)")
+    rounds: int = _opt(100, "communication rounds R")
+    clients: int | None = _opt(None, "number of clients C", preset=True)
+    k: int | None = _opt(None, "number of clusters K (GCA)", preset=True)
+    rho: float | None = _opt(None, "upload fraction ρ ∈ (0, 1] (GCA)", preset=True)
+    recon_epochs: int = _opt(5, "GCA reconstruction epochs per round (the paper's evaluation points)")
+    align_epochs: int = _opt(5, "GCA alignment epochs per round")
+    local_epochs: int = _opt(10, "baselines' local epochs per round (GCA's 5 + 5)")
+    participation: float = _opt(1.0, "fraction φ ∈ (0, 1] of clients sampled per round")
+    batch_size: int = _opt(50, "mini-batch size B")
+    lr: float = _opt(1e-3, "Adam learning rate")
+    lr_step: int = _opt(1000, "StepLR step size, in local epochs")
+    lr_gamma: float = _opt(0.1, "StepLR decay factor ∈ (0, 1]")
+    backend: str = _opt("gmm", "GCA clustering backend", choices=BACKENDS)
+    weights: str = _opt("inverse", "GCA alignment weights (uniform: the ablation)", choices=WEIGHTINGS)
+    gamma: float = _opt(1.0, "exponent γ ≥ 0 of the inverse-support weights")
+    w_max: float = _opt(6.0, "cap w_max > 0 of the inverse-support weights")
+    weight_eps: float = _opt(1e-6, "ε > 0 of the inverse-support weights")
+    partition: str = _opt("iid", "client partition", choices=PARTITIONS)
+    alpha: float = _opt(0.1, "Dirichlet concentration α > 0 (--partition dirichlet)")
+    quantile: float = _opt(0.75, "detection threshold: this quantile ∈ (0, 1) of a client's training scores")
+    val_fraction: float = _opt(0.0, "validation split ∈ [0, 1) of each client's normals (honest 'selected' round)")
+    eval_align_epochs: bool = _opt(False, "also evaluate after each alignment epoch (diagnostic)")
+    fedprox_mu: float = _opt(1e-2, "FedProx μ ≥ 0")
+    fedprox_coef: float | None = _opt(None, "FedProx effective coefficient c ≥ 0 (default μ/(2B))", preset=True)
+    dp_clip: float = _opt(1.0, "DP-FedAvg clipping norm > 0")
+    dp_sigma: float = _opt(1.0, "DP-FedAvg noise multiplier σ ≥ 0")
+    dp_delta: float = _opt(1e-5, "DP-FedAvg δ ∈ (0, 1) for the reported ε")
 
     def resolved(self) -> "RunConfig":
-        """Fill dataset presets and validate."""
-        if self.dataset not in DATASET_PRESETS:
-            raise ValueError(f"unknown dataset {self.dataset!r}; choose from {', '.join(DATASET_PRESETS)}")
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose from {', '.join(BACKENDS)}")
-        if self.weights not in ("inverse", "uniform"):
-            raise ValueError("--weights must be 'inverse' or 'uniform'")
-        if self.partition not in ("iid", "dirichlet"):
-            raise ValueError("--partition must be 'iid' or 'dirichlet'")
-        if not 0 < self.participation <= 1:
-            raise ValueError("--participation must be in (0, 1]")
-        if not 0 <= self.val_fraction < 1:
-            raise ValueError("val_fraction must be in [0, 1)")
-        if self.rounds < 1:
-            raise ValueError("--rounds must be ≥ 1")
+        """Fill dataset presets and validate every field (ValueError naming the option)."""
+        _check_choice(self, "dataset")
         preset = DATASET_PRESETS[self.dataset]
-        return dataclasses.replace(
+        cfg = dataclasses.replace(
             self,
             clients=self.clients if self.clients is not None else preset["clients"],
             k=self.k if self.k is not None else preset["k"],
             rho=self.rho if self.rho is not None else preset["rho"],
-            fedprox_coef=self.fedprox_coef if self.fedprox_coef is not None else self.fedprox_mu / (2 * self.batch_size),
         )
+        if cfg.fedprox_coef is None and _is_number(cfg.fedprox_mu) and _is_number(cfg.batch_size) and cfg.batch_size:
+            cfg = dataclasses.replace(cfg, fedprox_coef=effective_coefficient(cfg.fedprox_mu, cfg.batch_size))
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        """Every field in range; the message names the option as the CLI spells it."""
+        for name in ("method", "backend", "weights", "partition"):
+            _check_choice(self, name)
+        _check(self, "seed", int, lambda v: v >= 0, "≥ 0")
+        for name in ("rounds", "clients", "k", "batch_size", "lr_step"):
+            _check(self, name, int, lambda v: v >= 1, "≥ 1")
+        for name in ("align_epochs", "local_epochs"):
+            _check(self, name, int, lambda v: v >= 0, "≥ 0")
+        _check(self, "recon_epochs", int, lambda v: v >= (1 if self.method == "gca" else 0),
+               "≥ 1 for GCA (the paper evaluates after every reconstruction epoch)" if self.method == "gca" else "≥ 0")
+        _check(self, "eval_align_epochs", bool, lambda v: True, "")
+        for name in ("rho", "participation", "lr_gamma"):
+            _check(self, name, float, lambda v: 0 < v <= 1, "in (0, 1]")
+        for name in ("quantile", "dp_delta"):
+            _check(self, name, float, lambda v: 0 < v < 1, "in (0, 1)")
+        _check(self, "val_fraction", float, lambda v: 0 <= v < 1, "in [0, 1)")
+        for name in ("lr", "w_max", "weight_eps", "alpha", "dp_clip"):
+            _check(self, name, float, lambda v: v > 0, "> 0")
+        for name in ("gamma", "fedprox_mu", "fedprox_coef", "dp_sigma"):
+            _check(self, name, float, lambda v: v >= 0, "≥ 0")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
+        if not isinstance(d, dict):
+            raise ValueError("a run config must be a table of option names and values")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
             raise ValueError(f"unknown config keys: {', '.join(sorted(unknown))}")
+        if "dataset" not in d:
+            raise ValueError("a run config needs 'dataset'")
         return cls(**d)
 
     def key(self) -> str:
         """A short stable hash of the resolved config: names a run in sweeps and caches."""
         blob = json.dumps(self.resolved().to_dict(), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def option_name(name: str) -> str:
+    """How the CLI spells a RunConfig field (the Flower run config uses the same dashed key)."""
+    return "--" + name.replace("_", "-")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_choice(cfg: RunConfig, name: str) -> None:
+    choices = RunConfig.__dataclass_fields__[name].metadata["choices"]
+    value = getattr(cfg, name)
+    if value not in choices:
+        raise ValueError(f"{option_name(name)}: unknown {name} {value!r}; choose from {', '.join(choices)}")
+
+
+def _check(cfg: RunConfig, name: str, kind: type, ok, rule: str) -> None:
+    value = getattr(cfg, name)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{option_name(name)} must be true or false, got {value!r}")
+        return
+    if kind is int:
+        valid_type = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        valid_type = _is_number(value)
+    if not valid_type:
+        what = "an integer" if kind is int else "a finite number"
+        raise ValueError(f"{option_name(name)} must be {what}, got {value!r}")
+    if not ok(value):
+        raise ValueError(f"{option_name(name)} must be {rule}, got {value!r}")

@@ -1,8 +1,14 @@
 """Per-client anomaly detectors: a trained autoencoder, its threshold and the preprocessing.
 
-PyOD-style interface: ``decision_function`` (higher = more anomalous),
-``threshold_``, ``predict`` (1 = anomaly). A detector saved by a run scores
-raw records of the dataset's own format with ``score_file``.
+PyOD conventions: ``fit(X)`` on normal training rows sets ``decision_scores_``
+(their outlier scores), ``threshold_`` and ``labels_`` (1 = anomaly);
+``decision_function`` (higher = more anomalous), ``predict`` and
+``predict_proba``; ``contamination`` is the fraction of training rows above the
+threshold. The paper's rule — τ = the 0.75-quantile of a client's training
+scores — is ``contamination = 0.25`` (``quantile = 1 − contamination``). A
+detector saved by a run scores raw records of the dataset's own format with
+``score_file``; its files are read without executing anything and checked
+against the run's manifest.
 """
 from __future__ import annotations
 
@@ -12,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedgca import rundir
+from fedgca.evaluation.metrics import quantile_threshold
 from fedgca.models import build_model
 from fedgca.protocol.losses import reconstruction_per_row
 
@@ -22,10 +30,17 @@ class AnomalyDetector:
         self.model = model.eval()
         self.quantile = quantile
         self.threshold_ = threshold
+        self.decision_scores_: np.ndarray | None = None
+        self.labels_: np.ndarray | None = None
         self.preprocessor = preprocessor
         self.dataset = dataset
         self.kind = kind
         self.meta = meta or {}
+
+    @property
+    def contamination(self) -> float:
+        """PyOD's name for the paper's rule: the fraction of training rows flagged, 1 − quantile."""
+        return 1.0 - self.quantile
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -38,13 +53,23 @@ class AnomalyDetector:
         out = [reconstruction_per_row(c, self.model(c), c.dim() - 1) for c in torch.split(x, 4096)]
         return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
 
-    def fit(self, X: np.ndarray) -> "AnomalyDetector":
-        """Set threshold_ to the quantile of the scores on (normal) training rows."""
-        self.threshold_ = float(np.quantile(self.decision_function(X), self.quantile))
+    def fit(self, X: np.ndarray, y=None) -> "AnomalyDetector":
+        """Score the (normal) training rows; τ = their ``quantile`` (SPEC §5, the same rule as the evaluation)."""
+        self.decision_scores_ = self.decision_function(X)
+        self.threshold_ = quantile_threshold(self.decision_scores_, self.quantile)
+        self.labels_ = (self.decision_scores_ > self.threshold_).astype(np.int64)
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return (self.decision_function(X) > self.threshold_).astype(np.int64)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """[P(normal), P(anomaly)] per row by PyOD's 'linear' rule: min-max scaling against the training scores."""
+        if self.decision_scores_ is None:
+            raise ValueError("predict_proba needs the training scores: call fit(X) first")
+        lo, hi = float(self.decision_scores_.min()), float(self.decision_scores_.max())
+        p = np.clip((self.decision_function(X) - lo) / max(hi - lo, 1e-12), 0.0, 1.0)
+        return np.stack([1.0 - p, p], axis=1)
 
     # ---- raw data of the dataset's own format ----
     def prepare(self, path) -> np.ndarray:
@@ -65,23 +90,35 @@ class AnomalyDetector:
         return scores, (scores > self.threshold_).astype(np.int64)
 
     # ---- persistence ----
-    def save(self, directory) -> None:
+    def save(self, directory) -> list[Path]:
+        """Write model.pt and detector.json (atomically); returns their paths."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        torch.save(self.model.state_dict(), d / "model.pt")
+        rundir.save_tensors(d / MODEL, self.model.state_dict())
         doc = {"dataset": self.dataset, "kind": self.kind, "quantile": self.quantile,
                "threshold": self.threshold_, **self.meta,
                "preprocessor": self.preprocessor.to_dict() if self.preprocessor is not None else None}
-        (d / "detector.json").write_text(json.dumps(doc, indent=2))
+        rundir.atomic_write_text(d / DOC, json.dumps(doc, indent=2))
+        return [d / MODEL, d / DOC]
 
     @classmethod
-    def load(cls, directory) -> "AnomalyDetector":
+    def load(cls, directory, *, run_dir=None) -> "AnomalyDetector":
+        """Read a saved detector; ``run_dir`` (its run directory) checks both files against the manifest."""
         d = Path(directory)
-        if not (d / "detector.json").exists():
-            raise FileNotFoundError(f"no detector in {d} (expected detector.json and model.pt)")
-        doc = json.loads((d / "detector.json").read_text())
-        model = build_model(tuple(doc["input_shape"]))
-        model.load_state_dict(torch.load(d / "model.pt", weights_only=True))
+        if not (d / DOC).exists():
+            raise FileNotFoundError(f"no detector in {d} (expected {DOC} and {MODEL})")
+        if run_dir is not None:
+            for name in (DOC, MODEL):
+                rundir.verify(run_dir, (d / name).relative_to(run_dir).as_posix())
+        doc = rundir.load_json(d / DOC)
+        try:
+            model = build_model(tuple(doc["input_shape"]))
+            model.load_state_dict(rundir.load_tensors(d / MODEL))
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            if isinstance(err, rundir.RunFileError):
+                raise
+            raise rundir.RunFileError(f"{d}: not a fedgca detector ({type(err).__name__}: "
+                                      f"{' '.join(str(err).split())[:160]})") from None
         pre = None
         if doc.get("preprocessor") is not None:
             from fedgca.data.tabular import TabularPreprocessor
@@ -92,13 +129,25 @@ class AnomalyDetector:
                    dataset=doc["dataset"], kind=doc["kind"], meta=meta)
 
 
+MODEL = "model.pt"
+DOC = "detector.json"
+
+
 def client_dir(run_dir, i: int) -> Path:
-    return Path(run_dir) / "clients" / f"client_{i:03d}"
+    return Path(run_dir) / rundir.CLIENTS / f"client_{i:03d}"
 
 
-def save_client_detectors(run_dir, fed, method) -> None:
-    """One detector per client: its deployed final model, threshold on its own training rows."""
-    clients = method.deployed_clients()
+def load_client_detector(run_dir, i: int) -> "AnomalyDetector":
+    """Client i's detector of a finished run, verified against the run's manifest."""
+    return AnomalyDetector.load(client_dir(run_dir, i), run_dir=Path(run_dir))
+
+
+def save_client_detectors(run_dir, fed, method) -> list[str]:
+    """One detector per client: its deployed final model, threshold on its own training rows.
+
+    Returns the written files relative to ``run_dir`` (for the manifest).
+    """
+    clients, written, run_dir = method.deployed_clients(), [], Path(run_dir)
     for i in range(fed.num_clients):
         slot = min(i, clients.num_clients - 1)  # centralized: one model for everyone
         model = clients.client_model(slot, fed.template)
@@ -107,4 +156,5 @@ def save_client_detectors(run_dir, fed, method) -> None:
                               meta={"client": i, "method": fed.cfg.method, "round": fed.cfg.rounds,
                                     "input_shape": list(fed.dataset.input_shape)})
         det.fit(fed.shards.client(i).numpy())
-        det.save(client_dir(run_dir, i))
+        written += [p.relative_to(run_dir).as_posix() for p in det.save(client_dir(run_dir, i))]
+    return written

@@ -26,15 +26,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedgca import seeding
+from fedgca import methods, rundir, seeding
 from fedgca.attacks.flipping import direct_decodes, train_surrogate
 from fedgca.attacks.inversion import VISION_BOUNDS, invert, invert_model, make_starts, start_kind
 from fedgca.attacks.metrics import leakage_metrics, select_reference_bank
 from fedgca.config import RunConfig
-from fedgca.protocol import gca
+from fedgca.training import gca as gca_training
 from fedgca.training.loop import ClientShards
 
-WHITE_BOX = ("fedavg", "fedprox", "fednova", "dpfedavg")
 EXTRA_RECON_EPOCHS = 5
 N_REFERENCE = 100
 
@@ -51,10 +50,10 @@ def victim_upload_codes(fed, victim: int, epochs: int = EXTRA_RECON_EPOCHS) -> n
     solo = fed.clients.client_stack(victim, fed.template)
     shard = ClientShards.from_arrays([fed.shards.client(victim).numpy()])
     one = torch.ones(1, dtype=torch.bool)
-    gcfg = gca.GCAConfig(k=cfg.k, rho=cfg.rho, batch_size=cfg.batch_size)
+    gcfg = gca_training.gca_config(cfg, fed.dataset.kind)
     for e in range(epochs):
-        gca.reconstruction_epoch(solo, shard, seeding.client_rngs(cfg.seed, "attack-recon", (e,), [victim]), gcfg, one)
-    return gca.encode_uploads(solo, shard, seeding.client_rngs(cfg.seed, "attack-upload", (), [victim]), cfg.rho, one)[0]
+        gca_training.reconstruction_epoch(solo, shard, seeding.client_rngs(cfg.seed, "attack-recon", (e,), [victim]), gcfg, one)
+    return gca_training.encode_uploads(solo, shard, seeding.client_rngs(cfg.seed, "attack-upload", (), [victim]), cfg.rho, one)[0]
 
 
 def flipping_attack(codes: np.ndarray, input_shape: tuple[int, ...], seed: int, *, surrogate_options=None,
@@ -76,24 +75,28 @@ def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=Non
     ``surrogate_options`` / ``inversion_options`` override SPEC §6's presets (tests use small budgets).
     """
     from fedgca.simulation.federation import build_federation
-    from fedgca.simulation.runner import CHECKPOINT
-
+    
     run_dir = Path(run_dir)
-    if not (run_dir / "summary.json").exists():
-        raise FileNotFoundError(f"{run_dir}: no summary.json — attack a finished run")
-    cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())).resolved()
-    if cfg.method not in (*WHITE_BOX, "gca"):
+    if not (run_dir / rundir.SUMMARY).exists():
+        raise FileNotFoundError(f"{run_dir}: no {rundir.SUMMARY} — attack a finished run")
+    cfg = RunConfig.from_dict(rundir.load_json(rundir.verify(run_dir, rundir.CONFIG))).resolved()
+    threat_model = methods.get(cfg.method).attack
+    if threat_model is None:
         raise ValueError(f"{run_dir}: method {cfg.method!r} sends nothing a server could attack "
-                         f"(attacks exist for gca and {', '.join(WHITE_BOX)})")
+                         f"(attacks exist for {', '.join(methods.names(attack=True))})")
     if not 0 <= victim < cfg.clients:
         raise ValueError(f"victim {victim} is not a client of this run (C = {cfg.clients})")
-    ckpt = torch.load(run_dir / CHECKPOINT, weights_only=False)
+    ckpt = rundir.load_tensors(rundir.verify(run_dir, rundir.CHECKPOINT), expect_keys=("clients", "method"))
     fed = build_federation(cfg, data_dir)
-    fed.clients.load_state_dict(ckpt["clients"])
+    try:
+        fed.clients.load_state_dict(ckpt["clients"])
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
+        raise rundir.RunFileError(f"{run_dir / rundir.CHECKPOINT}: does not belong to this run's models "
+                                  f"({type(err).__name__})") from None
     shape = fed.dataset.input_shape
     t0 = time.perf_counter()
     extra: dict = {}
-    if cfg.method == "gca":
+    if threat_model == "latent":
         codes = victim_upload_codes(fed, victim)
         outputs, decodes, extra["surrogate"] = flipping_attack(codes, shape, cfg.seed, surrogate_options=surrogate_options,
                                                                inversion_options=inversion_options)

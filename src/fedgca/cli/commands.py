@@ -2,42 +2,52 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
+from fedgca.cli.options import config_from_args
 from fedgca.config import RunConfig
 
 
-def config_from_args(args) -> RunConfig:
-    names = {f.name for f in dataclasses.fields(RunConfig)}
-    values = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    return RunConfig(**values).resolved()
-
-
 def default_out(cfg: RunConfig) -> Path:
-    return Path("runs") / f"{cfg.dataset}-{cfg.method}-{cfg.seed}"
+    return Path("runs") / f"{cfg.dataset}-{cfg.method}-seed{cfg.seed}"
+
+
+def set_threads(n: int | None) -> int:
+    """torch intra-op threads for this process (default 1: small autoencoders gain nothing from more,
+    and a second busy process makes two-thread runs an order of magnitude slower)."""
+    import torch
+
+    n = 1 if n is None else n
+    if n < 1:
+        raise ValueError(f"--threads must be ≥ 1, got {n}")
+    torch.set_num_threads(n)
+    return n
 
 
 def cmd_run(args) -> int:
     from fedgca.simulation.runner import run
 
     cfg = config_from_args(args)
+    set_threads(args.threads)
     out = Path(args.out) if args.out else default_out(cfg)
     summary = run(cfg, out, data_dir=args.data_dir, resume=args.resume)
     brief = {k: summary[k] for k in ("dataset", "method", "seed", "rounds", "wall_seconds")}
     brief.update({p: {m: round(summary[p][m], 4) for m in ("accuracy", "auroc", "auprc")}
                   for p in ("final", "peak", "selected")})
     print(json.dumps(brief, indent=1))
+    print("peak = the paper's protocol (best test accuracy over evaluations, chosen with test labels); "
+          "selected = chosen without test labels (validation error, or the final round without --val-fraction); "
+          "final = after the last round", file=sys.stderr)
     print(f"results in {out}", file=sys.stderr)
     return 0
 
 
 def cmd_score(args) -> int:
-    from fedgca.detector import AnomalyDetector, client_dir
+    from fedgca.detector import load_client_detector
 
-    det = AnomalyDetector.load(client_dir(args.run, args.client))
+    det = load_client_detector(args.run, args.client)
     scores, flags = det.score_file(args.input)
     out = open(args.output, "w", newline="") if args.output else sys.stdout
     try:

@@ -1,7 +1,6 @@
 """CLI: compare, sweep, report, comm."""
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    from fedgca.cli.main import _run_options
+    from fedgca.cli.options import add_run_options
 
     p = sub.add_parser("flower", help="run fedgca's Flower apps: local simulation, app project, TLS, deployment")
     fsub = p.add_subparsers(dest="flower_command", required=True)
 
     s = fsub.add_parser("simulate", help="a local Flower simulation (the real ServerApp/ClientApp, no SuperLink)")
-    _run_options(s)
+    add_run_options(s)
     s.add_argument("--engine", default="inprocess", choices=("inprocess", "ray"),
                    help="inprocess (default; deterministic, no extra dependency) or ray (Flower's Simulation "
                         "Engine; needs flwr[simulation])")
@@ -22,7 +22,7 @@ def register(sub) -> None:
 
     a = fsub.add_parser("app-dir", help="write a Flower App project for `flwr run` and print the deployment commands")
     a.add_argument("dir", help="directory to write (pyproject.toml with [tool.flwr.app])")
-    _run_options(a)
+    add_run_options(a)
     _flower_options(a)
     a.add_argument("--superlink-host", default="<superlink-host>", help="address the SuperNodes dial")
     a.add_argument("--port", type=int, default=9092, help="SuperLink port (Fleet, Control and Runtime APIs)")
@@ -39,7 +39,7 @@ def register(sub) -> None:
 
     d = fsub.add_parser("deploy-local", help="start a SuperLink and one SuperNode per client on 127.0.0.1, "
                                              "run the federation with `flwr run`, stop everything")
-    _run_options(d)
+    add_run_options(d)
     _flower_options(d)
     d.add_argument("--tls", action="store_true", help="TLS with a CA and certificates made for this run")
     d.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is abandoned")
@@ -54,7 +54,7 @@ def _flower_options(p) -> None:
 
 
 def _config(args):
-    from fedgca.cli.commands import config_from_args
+    from fedgca.cli.options import config_from_args
 
     if getattr(args, "resume", False):
         raise ValueError("--resume is not supported for Flower runs")

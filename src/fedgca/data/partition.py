@@ -7,6 +7,8 @@ draw), so a partition depends on nothing but ``(seed, data)``.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import seeding
@@ -200,3 +202,24 @@ def dirichlet_partition(
         for c in range(num_clients):
             shards[c].append(rows[bounds[c] : bounds[c + 1]])
     return [np.sort(np.concatenate(s)).astype(np.int64) for s in shards]
+
+
+def partition_rows(cfg, train: np.ndarray) -> list[np.ndarray]:
+    """The realised partition of a run config (``partition``, ``clients``, ``seed``, ``alpha``, ``batch_size``).
+
+    Every method, the simulator and a Flower node use this same one for a dataset and seed.
+    """
+    if cfg.partition == "iid":
+        return iid_partition(len(train), cfg.clients, cfg.seed)
+    return dirichlet_partition(train, cfg.clients, cfg.seed, alpha=cfg.alpha, min_size=cfg.batch_size)
+
+
+def split_validation(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list, list]:
+    """Hold out ⌊fraction·N_i⌋ rows of each shard before training (and before any upload)."""
+    train, val = [], []
+    for i, rows in enumerate(parts):
+        n_val = int(math.floor(fraction * len(rows)))
+        perm = seeding.rng(seed, "validation", i).permutation(len(rows))
+        val.append(np.sort(rows[perm[:n_val]]))
+        train.append(np.sort(rows[perm[n_val:]]))
+    return train, val

@@ -55,9 +55,14 @@ def shard_scores(clients: StackedModels, shards: ClientShards) -> list[np.ndarra
     return [scores[c, :n] for c, n in enumerate(shards.sizes)]
 
 
+def quantile_threshold(train_scores: np.ndarray, q: float = 0.75) -> float:
+    """τ = the q-quantile of a client's training scores (numpy's linear interpolation): SPEC §5's one rule."""
+    return float(np.quantile(train_scores, q))
+
+
 def quantile_thresholds(train_scores: list[np.ndarray], q: float = 0.75) -> np.ndarray:
-    """τ_i = the q-quantile of client i's training scores (numpy's linear interpolation)."""
-    return np.array([np.quantile(s, q) for s in train_scores])
+    """τ_i for each client (``quantile_threshold`` per client)."""
+    return np.array([quantile_threshold(s, q) for s in train_scores])
 
 
 def detection_metrics(test_scores: np.ndarray, test_y: np.ndarray, thresholds: np.ndarray) -> dict:

@@ -6,6 +6,7 @@ import json
 import logging
 from pathlib import Path
 
+from fedgca import methods as registry
 from fedgca.config import METHODS, SEEDS, RunConfig
 from fedgca.reporting import tables
 
@@ -47,12 +48,12 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
 
 def attack_table(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None) -> str:
     """SPEC §6 on client 0 of every attackable run of the grid (skipping runs attacked already), as Markdown."""
-    from fedgca.attacks.run import WHITE_BOX, attack_run
+    from fedgca.attacks.run import attack_run
     from fedgca.experiments import sweep
     from fedgca.reporting.report import attack_tables, md_table
 
     records = []
-    for cfg in grid(base, datasets, [m for m in methods if m in (*WHITE_BOX, "gca")], seeds):
+    for cfg in grid(base, datasets, [m for m in methods if m in registry.names(attack=True)], seeds):
         out = sweep.run_dir(root, cfg)
         done = out / "attack.json"
         records.append(json.loads(done.read_text()) if done.exists() else attack_run(out, victim=0, data_dir=data_dir))
@@ -86,6 +87,5 @@ def write_outputs(root: Path, summaries: list[dict], methods) -> dict[str, Path]
     return paths
 
 
-DEFAULT_METHODS = ("single", "centralized", "fedavg", "fedprox", "fednova", "dpfedavg", "gca")
-assert set(DEFAULT_METHODS) == set(METHODS)
+DEFAULT_METHODS = METHODS  # every registered method, in table order
 DEFAULT_SEEDS = SEEDS

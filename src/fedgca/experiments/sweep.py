@@ -45,33 +45,20 @@ import tomllib
 import traceback
 from pathlib import Path
 
+from fedgca import methods
 from fedgca.config import RunConfig
+from fedgca.protocol.fedprox import effective_coefficient
+from fedgca.rundir import CHECKPOINT, SUMMARY
 
 log = logging.getLogger("fedgca")
 
 LEDGER = "ledger.jsonl"
 RUNS = "runs"
-SUMMARY = "summary.json"
-CHECKPOINT = "checkpoint.pt"
 LOCK = ".lock"
 
-# Which options each method reads (besides the common ones). Anything else is
+# Which options each method reads (``MethodSpec.options``). Anything else is
 # reset to its default by ``canonical``, so that runs differing only in options
 # a method ignores share one key (e.g. a baseline in a grid over K).
-COMMON = {"dataset", "method", "seed", "rounds", "clients", "participation", "batch_size", "lr", "lr_step",
-          "lr_gamma", "partition", "alpha", "quantile", "val_fraction"}
-GCA_ONLY = {"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
-            "eval_align_epochs"}
-BASELINE = {"local_epochs"}
-RELEVANT = {
-    "gca": COMMON | GCA_ONLY,
-    "single": COMMON | BASELINE,
-    "centralized": COMMON | BASELINE,
-    "fedavg": COMMON | BASELINE,
-    "fednova": COMMON | BASELINE,
-    "fedprox": COMMON | BASELINE | {"fedprox_mu", "fedprox_coef"},
-    "dpfedavg": COMMON | BASELINE | {"dp_clip", "dp_sigma", "dp_delta"},
-}
 
 
 def canonical(cfg: RunConfig) -> RunConfig:
@@ -81,11 +68,11 @@ def canonical(cfg: RunConfig) -> RunConfig:
     """
     cfg = cfg.resolved()
     defaults = RunConfig(dataset=cfg.dataset, method=cfg.method)
-    keep = set(RELEVANT[cfg.method])
+    keep = set(methods.get(cfg.method).options)
     if cfg.partition != "dirichlet":
         keep.discard("alpha")
     values = {f.name: getattr(cfg if f.name in keep else defaults, f.name) for f in dataclasses.fields(RunConfig)}
-    if cfg.method == "fedprox" and cfg.fedprox_coef == cfg.fedprox_mu / (2 * cfg.batch_size):
+    if cfg.method == "fedprox" and cfg.fedprox_coef == effective_coefficient(cfg.fedprox_mu, cfg.batch_size):
         values["fedprox_coef"] = None  # the derived default, not an override
     return RunConfig(**values).resolved()
 

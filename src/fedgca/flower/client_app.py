@@ -2,7 +2,7 @@
 
 A Flower client is the simulator's client with C = 1: one ``StackedModels``
 holding one autoencoder, trained by the same functions
-(``fedgca.protocol.gca``, ``fedgca.simulation.baselines._local_training``)
+(``fedgca.training.gca``, ``fedgca.training.local``)
 with the same random draws (``fedgca.seeding``, keyed by the client's global
 id). Its parameters and Adam state persist in ``context.state`` between
 messages and never travel in one.
@@ -24,14 +24,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedgca import seeding
+from fedgca import methods, seeding
 from fedgca.evaluation.metrics import evaluate_clients, quantile_thresholds, shard_scores
 from fedgca.flower import data as node_data
 from fedgca.flower import owndata
@@ -40,8 +39,11 @@ from fedgca.flower.records import (
     STATS, array_record, from_json_record, json_record, model_state, numpy_dict, run_config_from_record,
     stacked_state_from_record, stacked_state_record,
 )
-from fedgca.protocol import fednova, fedprox, gca
+from fedgca.protocol import fednova, fedprox
+from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
+from fedgca.models import init_model
+from fedgca.training.local import local_training
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import AdamConfig, StackedModels
 
@@ -50,13 +52,6 @@ app = ClientApp()
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def gca_config(cfg, kind: str) -> gca.GCAConfig:
-    """The simulator's RunConfig → GCAConfig mapping (taken from GCASimulation, not restated)."""
-    from fedgca.simulation.gca import GCASimulation
-
-    return GCASimulation(SimpleNamespace(cfg=cfg, dataset=SimpleNamespace(kind=kind))).gcfg
 
 
 def _node(msg: Message, context: Context):
@@ -75,8 +70,6 @@ def _node(msg: Message, context: Context):
 
 def _clients(context: Context, cfg, node) -> StackedModels:
     """This client's model: its initial model (seed, id), or its state from context.state."""
-    from fedgca.simulation.federation import init_model
-
     model = init_model(cfg.seed, node.input_shape, node.client_id)
     clients = StackedModels([model], AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma))
     if STATE_MODEL in context.state.array_records:
@@ -171,15 +164,15 @@ def train(msg: Message, context: Context) -> Message:
 
 def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
     """GCA Phase 1 (T_recon epochs) and the upload of ⌊ρ·N_i⌋ fresh codes — the reply holds nothing else."""
-    r, gcfg, ids = _round(msg), gca_config(cfg, node.kind), [node.client_id]
+    r, gcfg, ids = _round(msg), gca_training.gca_config(cfg, node.kind), [node.client_id]
     eval_epochs = bool(msg.content[CONFIG].get("eval-recon-epochs", True))
     clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
     recon = []
     for e in range(gcfg.recon_epochs):
-        gca.reconstruction_epoch(clients, shards, seeding.client_rngs(cfg.seed, "recon", (r, e), ids), gcfg, part)
+        gca_training.reconstruction_epoch(clients, shards, seeding.client_rngs(cfg.seed, "recon", (r, e), ids), gcfg, part)
         if eval_epochs:
             recon.append(_metrics(clients, node, cfg))
-    codes = gca.encode_uploads(clients, shards, seeding.client_rngs(cfg.seed, "upload", (r,), ids), gcfg.rho, part)[0]
+    codes = gca_training.encode_uploads(clients, shards, seeding.client_rngs(cfg.seed, "upload", (r,), ids), gcfg.rho, part)[0]
     _save(context, clients)
     context.state[STATE_EVALS] = json_record({"round": r, "recon": recon, "align": []})
     return _reply(msg, **{CODES: _fault(codes, context)})
@@ -189,7 +182,7 @@ def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
 def align(msg: Message, context: Context) -> Message:
     """GCA Phase 3: T_align epochs on the encoder towards the broadcast centroids; replies with nothing."""
     cfg, node = _node(msg, context)
-    r, gcfg, ids = _round(msg), gca_config(cfg, node.kind), [node.client_id]
+    r, gcfg, ids = _round(msg), gca_training.gca_config(cfg, node.kind), [node.client_id]
     payload = numpy_dict(msg.content[BROADCAST])
     centroids, counts = payload["centroids"], payload["counts"]
     if (centroids.ndim != 2 or counts.shape != (len(centroids),) or not np.isfinite(centroids).all()
@@ -201,7 +194,7 @@ def align(msg: Message, context: Context) -> Message:
         raise ValueError(f"broadcast centroids have width {centroids.shape[1]}, latent dim is {clients.base.latent_dim}")
     evals = _pending(context, r)
     for e in range(gcfg.align_epochs):
-        gca.alignment_epoch(clients, shards, seeding.client_rngs(cfg.seed, "align", (r, e), ids), gcfg, summary, part)
+        gca_training.alignment_epoch(clients, shards, seeding.client_rngs(cfg.seed, "align", (r, e), ids), gcfg, summary, part)
         if cfg.eval_align_epochs:
             evals["align"].append(_metrics(clients, node, cfg))
     _save(context, clients)
@@ -211,9 +204,8 @@ def align(msg: Message, context: Context) -> Message:
 
 def _local_train(msg: Message, context: Context, cfg, node) -> Message:
     """A parameter-sharing baseline's client: start from the global model, train, send the model back."""
-    from fedgca.simulation.baselines import _local_training
 
-    if cfg.method not in ("fedavg", "fedprox", "fednova", "dpfedavg"):
+    if cfg.method not in methods.names("parameter-sharing", flower=True):
         raise ValueError(f"method {cfg.method!r} has no Flower client")
     r = _round(msg)
     global_params = model_state(numpy_dict(msg.content[ARRAYS]))
@@ -222,7 +214,7 @@ def _local_train(msg: Message, context: Context, cfg, node) -> Message:
     extra = None
     if cfg.method == "fedprox" and cfg.fedprox_coef:
         extra = lambda: cfg.fedprox_coef * fedprox.proximal_term(clients.params, global_params)  # noqa: E731
-    _local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra,
+    local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra,
                     client_ids=[node.client_id])
     _save(context, clients)
     n = int(len(node.train))
@@ -250,8 +242,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     if cfg.method == "gca":
         clients = _clients(context, cfg, node)
     else:
-        from fedgca.simulation.federation import init_model
-
         clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
         clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
     values = {"client-id": node.client_id, "num-examples": int(len(node.train))}

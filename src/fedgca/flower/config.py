@@ -42,7 +42,7 @@ def _coerce(field: dataclasses.Field, value):
     """TOML gives int/float/bool/str; cast to what the RunConfig field holds (0 / "" → preset for optionals)."""
     kind = str(field.type)
     optional = "None" in kind
-    if optional and (value == "" or (value == 0 and field.name in ("clients", "k", "rho", "fedprox_coef"))):
+    if optional and (value == "" or (value == 0 and field.metadata.get("preset"))):
         return None
     if kind.startswith("bool"):
         return _as_bool(value)

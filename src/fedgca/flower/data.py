@@ -5,7 +5,7 @@ Two sources:
 * built-in datasets: ``partition-id`` and ``num-partitions`` (and optionally
   ``data-dir``; default ``$FEDGCA_DATA_DIR`` or the user cache). The node
   loads the dataset and takes partition ``partition-id`` of exactly the
-  partition the simulator uses (``fedgca.simulation.federation``), so client
+  partition the simulator uses (``fedgca.data.partition``), so client
   i of a Flower run and client i of a simulator run hold the same rows.
 * a practitioner's own CSV: ``data-path`` and ``schema-path`` (see
   :mod:`fedgca.flower.owndata`).
@@ -78,7 +78,7 @@ def _cached(key, build):
 def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
     """Partition ``partition-id`` of ``num-partitions`` of a built-in dataset, as the simulator splits it."""
     from fedgca.data import load_dataset
-    from fedgca.simulation.federation import partition_rows, split_validation
+    from fedgca.data.partition import partition_rows, split_validation
 
     pid, n_parts = int(node_config["partition-id"]), int(node_config.get("num-partitions", 0))
     if n_parts != cfg.clients:
@@ -174,7 +174,7 @@ def csv_encoded_training_rows(cfg: RunConfig, node_config: dict, client_id: int)
 
 def csv_data(cfg: RunConfig, node_config: dict, client_id: int, preprocessor) -> NodeData:
     """Own rows through the federatedly fitted preprocessor (validation split as the simulator's)."""
-    from fedgca.simulation.federation import split_validation
+    from fedgca.data.partition import split_validation
 
     schema, train, ev, ev_y = csv_split(cfg, node_config, client_id)
     x = preprocessor.transform(train)

@@ -24,7 +24,6 @@ per finished round, written as it finishes), ``comm.json``, ``metrics.csv``,
 """
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
@@ -32,7 +31,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -48,16 +46,16 @@ from fedgca.flower.records import (
     describe, numpy_dict, payload_bytes,
 )
 from fedgca.models import param_count
-from fedgca.protocol import gca
+from fedgca.protocol import dpfedavg, gca, sampling
 from fedgca.protocol.gca import UploadError
 from fedgca.provenance import code_version
-from fedgca.simulation.reporting import protocol_results
-from fedgca.simulation.runner import METRIC_FIELDS
+from fedgca import methods, rundir
+from fedgca.evaluation.selection import protocol_results
 
 log = logging.getLogger("fedgca.flower")
 METRICS_KEYS = ("accuracy", "auroc", "auprc", "train_error", "val_error")
 POLL_SECONDS = 0.2
-PARAMETER_METHODS = ("fedavg", "fedprox", "fednova", "dpfedavg")
+PARAMETER_METHODS = methods.names("parameter-sharing", flower=True)
 
 
 @dataclass(frozen=True)
@@ -103,10 +101,7 @@ class Recorder:
     def metrics_csv(self, rows: list[dict]) -> None:
         if self.out is None:
             return
-        with (self.out / "metrics.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=METRIC_FIELDS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
+        rundir.write_metrics(self.out, rows)
 
 
 def _jsonable(x):
@@ -231,7 +226,7 @@ class FlowerServer:
         if not clients:
             raise RuntimeError("no client answered the registration query")
         self.clients = [clients[k] for k in sorted(clients)]
-        from fedgca.simulation.federation import init_model
+        from fedgca.models import init_model
 
         self.template = init_model(self.cfg.seed, self.clients[0].input_shape, 0)
         self.kind = "tabular" if len(self.clients[0].input_shape) == 1 else "vision"
@@ -277,10 +272,8 @@ class FlowerServer:
     # ------------------------------------------------------------------ rounds
 
     def participants(self, r: int) -> list[Client]:
-        """The simulator's sampling (``Federation.participants``) over the registered clients in id order."""
-        from fedgca.simulation.federation import Federation
-
-        mask = Federation.participants(SimpleNamespace(cfg=self.cfg, num_clients=len(self.clients)), r)
+        """The simulator's sampling (``fedgca.protocol.sampling``) over the registered clients in id order."""
+        mask = sampling.participants(self.cfg.seed, r, len(self.clients), self.cfg.participation)
         return [c for c, m in zip(self.clients, mask.tolist()) if m]
 
     def evaluate(self, r: int, targets: list[Client], arrays: ArrayRecord | None = None, strategy=None) -> dict:
@@ -310,7 +303,7 @@ class FlowerServer:
             return []
         rows = []
         # the paper evaluates GCA after every reconstruction epoch; without those evaluations, per round
-        paper = "recon" if self.cfg.method == "gca" and self.opts.eval_recon_epochs else "round"
+        paper = methods.get(self.cfg.method).paper_phase if self.opts.eval_recon_epochs else "round"
         if self.cfg.method == "gca" and self.opts.eval_recon_epochs:
             for e in range(gcfg.recon_epochs):
                 rows.append(_row(r, "recon", e, {c: _epoch(v, "recon", e) for c, v in evals.items()}, paper))
@@ -440,7 +433,7 @@ def check_codes(content: RecordDict, *, max_rows: int, latent_dim: int) -> np.nd
 
 
 def run_gca(server: FlowerServer) -> None:
-    from fedgca.flower.client_app import gca_config
+    from fedgca.training.gca import gca_config
 
     cfg = server.cfg
     gcfg = gca_config(cfg, server.kind)
@@ -614,7 +607,7 @@ def check_params(content: RecordDict, reference: ArrayRecord, num_examples: int)
 
 def run_baseline(server: FlowerServer) -> dict:
     cfg = server.cfg
-    m = max(1, math.floor(cfg.participation * len(server.clients) + 1e-9))
+    m = sampling.num_participants(cfg.participation, len(server.clients))
     strategy = make_strategy(cfg, m)
     arrays = array_record(server.template.state_dict())  # θ^(0): client 0's initial model, as in the simulator
     for r in range(cfg.rounds):
@@ -660,11 +653,10 @@ def run_baseline(server: FlowerServer) -> dict:
         })
     extra = {"strategy": type(strategy).__name__}
     if cfg.method == "dpfedavg":
-        from fedgca.simulation.baselines import DPFedAvgSimulation
-
-        dp = DPFedAvgSimulation.summary_extra(SimpleNamespace(fed=SimpleNamespace(cfg=cfg), clip_norms=[]))
-        dp["dp"]["noise_std"] = "σ·S/m with m = sampled clients (Flower's DifferentialPrivacyServerSideFixedClipping)"
-        extra.update(dp)
+        dp = dpfedavg.accounting_record(sigma=cfg.dp_sigma, clip=cfg.dp_clip, delta=cfg.dp_delta, rounds=cfg.rounds,
+                                        clients=cfg.clients, participants=sampling.num_participants(cfg.participation, cfg.clients))
+        dp["noise_std"] = "σ·S/m with m = sampled clients (Flower's DifferentialPrivacyServerSideFixedClipping)"
+        extra["dp"] = dp
     if cfg.method == "fedprox":
         extra["fedprox"] = {"mu": cfg.fedprox_mu, "effective_coef": cfg.fedprox_coef,
                             "relation": "c = μ / (2B) (fedgca.protocol.fedprox); the client adds c·||θ − θ^(r)||²"}
@@ -676,8 +668,8 @@ def run_baseline(server: FlowerServer) -> dict:
 
 def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions) -> dict:
     """Register the clients, run the rounds, write the files; returns the summary."""
-    if cfg.method != "gca" and cfg.method not in PARAMETER_METHODS:
-        raise ValueError(f"method {cfg.method!r} does not run on Flower (gca, {', '.join(PARAMETER_METHODS)} do)")
+    if not methods.get(cfg.method).flower:
+        raise ValueError(f"method {cfg.method!r} does not run on Flower ({', '.join(methods.names(flower=True))} do)")
     t0 = time.perf_counter()
     server = FlowerServer(grid, cfg, opts)
     server.rec.write("config.json", {**cfg.to_dict(), "flower": opts.__dict__})

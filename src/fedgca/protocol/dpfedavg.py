@@ -45,3 +45,17 @@ def rdp_epsilon(*, sigma: float, rounds: int, sampling_rate: float, delta: float
     accountant = dp_accounting.rdp.RdpAccountant()
     accountant.compose(dp_accounting.SelfComposedDpEvent(event, rounds))
     return float(accountant.get_epsilon(delta))
+
+
+def accounting_record(*, sigma: float, clip: float, delta: float, rounds: int, clients: int, participants: int,
+                      clip_norms: list[list[float]] | None = None) -> dict:
+    """summary.json's ``dp`` block: what this noise gives under user-level RDP, and how often updates were clipped."""
+    import numpy as np
+
+    eps = rdp_epsilon(sigma=sigma, rounds=rounds, sampling_rate=participants / clients, delta=delta)
+    fraction = (float(np.mean([np.mean(np.array(n) > clip) for n in clip_norms])) if clip_norms else None)
+    return {"epsilon": eps, "delta": delta, "noise_multiplier": sigma, "clip": clip,
+            "accountant": "RDP (dp-accounting), user-level",
+            "label": "what this noise would give under user-level RDP accounting; "
+                     "the baseline itself is not a certified DP mechanism",
+            "fraction_clipped": fraction}

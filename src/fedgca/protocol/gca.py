@@ -4,17 +4,20 @@ Hold this file beside SPEC §1: Phase 1 is ``reconstruction_per_row``,
 the upload is ``upload_size`` / ``sample_upload``, Phase 2 is
 ``fedgca.protocol.clustering.cluster_codes``, Phase 3 is
 ``alignment_weights`` + ``nearest_centroid`` + ``alignment_per_row``.
-The simulator, the Flower apps and the attacks all call these.
+The epoch drivers that apply these to a stack of client models are in
+``fedgca.training.gca``; the simulator, the Flower apps and the attacks call
+both. This module imports nothing above ``fedgca.protocol``.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
+from fedgca.protocol.clustering import ClusterSummary, cluster_codes
 
 
 class UploadError(ValueError):
@@ -77,15 +80,8 @@ def alignment_per_row(z: Tensor, centroids: Tensor, weights: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------------
-# The client and server rules, over a stack of client models (C = 1 for a
-# Flower client). Orchestration — which clients, when to evaluate — lives in
-# fedgca.simulation and fedgca.flower.
+# The GCA configuration slice and the server's rule (Phase 2).
 # ---------------------------------------------------------------------------
-from dataclasses import dataclass, field  # noqa: E402
-
-from fedgca.protocol.clustering import ClusterSummary, cluster_codes  # noqa: E402
-from fedgca.training.loop import ClientShards, LossFn, run_epoch  # noqa: E402
-from fedgca.training.stacked import StackedModels  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -104,65 +100,6 @@ class GCAConfig:
     w_max: float = 6.0
     eps: float = 1e-6
     uniform_weights: bool = False
-
-
-def reconstruction_loss(clients: StackedModels, n_feature_dims: int) -> LossFn:
-    """Phase 1 loss L_recon per client."""
-
-    def loss(xb: Tensor, mask: Tensor) -> Tensor:
-        return masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
-
-    return loss
-
-
-def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -> LossFn:
-    """Phase 3 loss L_align per client; assignments recomputed every batch."""
-
-    def loss(xb: Tensor, mask: Tensor) -> Tensor:
-        return masked_batch_mean(alignment_per_row(clients.encode(xb), centroids, weights), mask)
-
-    return loss
-
-
-def reconstruction_epoch(clients, shards: ClientShards, rngs, cfg: GCAConfig, participating: Tensor) -> Tensor:
-    n_feature_dims = shards.x.dim() - 2
-    return run_epoch(
-        clients, shards, rngs, cfg.batch_size, reconstruction_loss(clients, n_feature_dims),
-        list(clients.params), participating,
-    )
-
-
-def alignment_epoch(
-    clients, shards: ClientShards, rngs, cfg: GCAConfig, summary: ClusterSummary, participating: Tensor
-) -> Tensor:
-    """One alignment epoch: encoder parameters only — decoder tensors and Adam state untouched."""
-    centroids = torch.as_tensor(summary.centroids, dtype=torch.float32)
-    weights = alignment_weights(
-        torch.as_tensor(summary.counts), gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.eps,
-        uniform=cfg.uniform_weights,
-    )
-    return run_epoch(
-        clients, shards, rngs, cfg.batch_size, alignment_loss(clients, centroids, weights),
-        clients.encoder_keys, participating,
-    )
-
-
-@torch.no_grad()
-def encode_uploads(clients: StackedModels, shards: ClientShards, rngs, rho: float, participating) -> list:
-    """Each participating client's ⌊ρ·N_i⌋ freshly sampled codes (float32 arrays); None for others."""
-    picks = [
-        sample_upload(rngs[c], int(n), rho) if bool(participating[c]) else np.zeros(0, dtype=np.int64)
-        for c, n in enumerate(shards.sizes)
-    ]
-    width = max(1, max(len(p) for p in picks))
-    idx = torch.zeros((len(picks), width), dtype=torch.long)
-    for c, p in enumerate(picks):
-        idx[c, : len(p)] = torch.as_tensor(p)
-    codes = clients.encode(shards.x[torch.arange(len(picks)).unsqueeze(-1), idx])
-    return [
-        codes[c, : len(p)].numpy().astype(np.float32, copy=True) if bool(participating[c]) else None
-        for c, p in enumerate(picks)
-    ]
 
 
 def aggregate_codes(uploads: list[np.ndarray], cfg: GCAConfig, seed: int) -> ClusterSummary:

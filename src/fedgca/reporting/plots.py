@@ -111,15 +111,13 @@ def make_plots(out: Path, data: dict) -> list[Path]:
 
 
 def _rank(d: str):
-    from fedgca.reporting.report import _dataset_rank
-
-    return _dataset_rank(d)
+    return tables.dataset_rank(d)
 
 
 def _attack_plots(out: Path, attacks: list[dict]) -> list[Path]:
     if not attacks:
         return []
-    from fedgca.reporting.report import METHOD_ORDER
+    from fedgca.config import METHODS as METHOD_ORDER
 
     vals: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for a in attacks:

@@ -41,7 +41,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedgca import methods
 from fedgca.config import DATASET_PRESETS, K_GRID, METHODS, RunConfig
+from fedgca.protocol.gca import upload_size
 from fedgca.reporting import tables
 
 log = logging.getLogger("fedgca")
@@ -58,8 +60,7 @@ PROTOCOL_TEXT = {
 METRIC_TEXT = {"accuracy": "Accuracy (%)", "auroc": "AUROC (%)", "auprc": "AUPRC (%)"}
 BACKEND_LABELS = {"gmm": "GMM", "kmeans": "K-means", "softkmeans": "Soft K-means", "minibatch": "Mini-batch K-means"}
 BACKEND_ORDER = ("gmm", "kmeans", "softkmeans", "minibatch")
-METHOD_ORDER = ("single", "centralized", "fedavg", "fedprox", "fednova", "dpfedavg", "gca")
-assert set(METHOD_ORDER) == set(METHODS)
+METHOD_ORDER = METHODS  # the registry's table order
 DATASET_ORDER = tuple(DATASET_PRESETS)
 
 # Options every method reads: they define a *setting*; runs of different settings are never pooled.
@@ -154,11 +155,9 @@ def partition_of(cfg: RunConfig) -> str:
 
 def variant_of(cfg: RunConfig) -> tuple:
     """The method's own options other than the axes (e.g. GCA's epochs, DP-FedAvg's σ)."""
-    from fedgca.experiments.sweep import RELEVANT
-
     d = cfg.to_dict()
     preset = DATASET_PRESETS[cfg.dataset]
-    own = sorted(RELEVANT[cfg.method] - set(SETTING_FIELDS) - AXES)
+    own = sorted(methods.get(cfg.method).options - set(SETTING_FIELDS) - AXES)
     # a dataset's own preset (e.g. ρ = 0.5 on academic, 0.25 on magic) is one variant: "preset"
     return tuple((f, "preset" if f in preset and d[f] == preset[f] else d[f]) for f in own)
 
@@ -270,8 +269,7 @@ def _backend_rank(b):
     return BACKEND_ORDER.index(b) if b in BACKEND_ORDER else len(BACKEND_ORDER)
 
 
-def _dataset_rank(d):
-    return (DATASET_ORDER.index(d), d) if d in DATASET_ORDER else (len(DATASET_ORDER), d)
+_dataset_rank = tables.dataset_rank
 
 
 # --------------------------------------------------------------------------- tables
@@ -474,11 +472,11 @@ def _check_recorded(ds: str, runs: list[Run], built: list[dict]) -> list[str]:
         if c.participation < 1 or "bytes_up_per_round" not in s or s.get("client_sizes") is None:
             continue
         if c.method == "gca":
-            u = sum(int(math.floor(c.rho * n + 1e-9)) for n in s["client_sizes"])
+            u = sum(upload_size(int(n), c.rho) for n in s["client_sizes"])
             want = comm.formula_bytes(u, ref["D_z"], c.clients, c.k, ref["P"])
-            exp_up, exp_down = want["gca_up"], None  # the broadcast holds only non-empty components
-            ok = s["bytes_up_per_round"] == exp_up and s["bytes_down_per_round"] <= want["gca_down"]
-        elif c.method in ("fedavg", "fedprox", "fednova", "dpfedavg"):
+            # the broadcast holds only non-empty components, so its bytes are at most the formula's
+            ok = s["bytes_up_per_round"] == want["gca_up"] and s["bytes_down_per_round"] <= want["gca_down"]
+        elif c.method in methods.names("parameter-sharing"):
             want = comm.formula_bytes(0, ref["D_z"], c.clients, 0, ref["P"])
             ok = s["bytes_up_per_round"] == want["fl_up"] and s["bytes_down_per_round"] == want["fl_down"]
         else:

@@ -8,10 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
-METHOD_LABELS = {
-    "single": "Single-Client", "centralized": "Centralized", "fedavg": "FedAvg", "fedprox": "FedProx",
-    "fednova": "FedNova", "dpfedavg": "DP-FedAvg", "gca": "GCA",
-}
+from fedgca import methods
+from fedgca.config import DATASET_PRESETS
+
+METHOD_LABELS = {name: spec.label for name, spec in methods.REGISTRY.items()}
+
+
+def dataset_rank(d: str):
+    """Datasets in SPEC's order (the presets table), unknown ones after them."""
+    order = tuple(DATASET_PRESETS)
+    return (order.index(d), d) if d in order else (len(order), d)
 
 
 def load_summaries(root) -> list[dict]:

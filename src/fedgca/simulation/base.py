@@ -29,8 +29,6 @@ class SimMethod:
     method keeps between rounds beyond the client models (e.g. a global model).
     """
 
-    paper_phase = "round"  # rows that count for the paper's peak protocol
-
     def __init__(self, fed):
         self.fed = fed
 

@@ -1,6 +1,6 @@
 """The six baselines of SPEC §2 in the stacked simulator.
 
-All share one local-training routine (``_local_training``) and differ only in
+All share one local-training routine (``fedgca.training.local.local_training``) and differ only in
 the client loss (FedProx) and the server rule (fedavg/fednova/dpfedavg
 modules in ``fedgca.protocol``). Parameter-sharing clients keep their Adam
 state across rounds (so that FedAvg with one client is exactly centralized
@@ -13,29 +13,10 @@ import torch
 
 from fedgca import seeding
 from fedgca.protocol import dpfedavg, fedavg, fednova, fedprox
-from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
+from fedgca.protocol.sampling import num_participants
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
-from fedgca.training.loop import ClientShards, run_epoch
-from fedgca.training.stacked import StackedModels
-
-
-def _local_training(clients: StackedModels, shards: ClientShards, seed: int, r: int, epochs: int,
-                    part: torch.Tensor, batch_size: int, extra_loss=None, client_ids=None) -> None:
-    """``epochs`` epochs of mini-batch Adam on L_recon (+ an optional per-client term).
-
-    ``client_ids`` are the slots' global client ids (which key the batch order);
-    default: slot i is client i. A Flower client (one slot) passes its own id.
-    """
-    n_feature_dims = shards.x.dim() - 2
-
-    def loss(xb, mask):
-        value = masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
-        return value if extra_loss is None else value + extra_loss()
-
-    ids = range(shards.num_clients) if client_ids is None else client_ids
-    for e in range(epochs):
-        run_epoch(clients, shards, seeding.client_rngs(seed, "local", (r, e), ids), batch_size, loss,
-                  list(clients.params), part)
+from fedgca.training.local import local_training
+from fedgca.training.loop import ClientShards
 
 
 class SingleClientSimulation(SimMethod):
@@ -43,7 +24,7 @@ class SingleClientSimulation(SimMethod):
 
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed = self.fed
-        _local_training(fed.clients, fed.shards, fed.cfg.seed, r, fed.cfg.local_epochs, part, fed.cfg.batch_size)
+        local_training(fed.clients, fed.shards, fed.cfg.seed, r, fed.cfg.local_epochs, part, fed.cfg.batch_size)
         return CommRecord(0, 0, 0, [int(i) for i in torch.nonzero(part).flatten()])
 
 
@@ -57,7 +38,7 @@ class CentralizedSimulation(SimMethod):
 
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed = self.fed
-        _local_training(fed.clients, self.pooled, fed.cfg.seed, r, fed.cfg.local_epochs,
+        local_training(fed.clients, self.pooled, fed.cfg.seed, r, fed.cfg.local_epochs,
                         torch.ones(1, dtype=torch.bool), fed.cfg.batch_size)
         return CommRecord(0, 0, 0, [0])
 
@@ -87,7 +68,7 @@ class FedAvgSimulation(SimMethod):
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed, cfg = self.fed, self.fed.cfg
         fed.clients.set_all(self.global_params, part)  # download θ^(r)
-        _local_training(fed.clients, fed.shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size,
+        local_training(fed.clients, fed.shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size,
                         self.client_loss_term())
         idx = torch.nonzero(part).flatten()
         uploads = {k: v.detach()[idx].clone() for k, v in fed.clients.params.items()}  # what each client sends
@@ -145,16 +126,10 @@ class DPFedAvgSimulation(FedAvgSimulation):
         return new
 
     def summary_extra(self) -> dict:
-        cfg, fed = self.fed.cfg, self.fed
-        m = max(1, int(np.floor(cfg.participation * cfg.clients + 1e-9)))
-        eps = dpfedavg.rdp_epsilon(sigma=cfg.dp_sigma, rounds=cfg.rounds, sampling_rate=m / cfg.clients,
-                                   delta=cfg.dp_delta)
-        return {"dp": {"epsilon": eps, "delta": cfg.dp_delta, "noise_multiplier": cfg.dp_sigma,
-                       "clip": cfg.dp_clip, "accountant": "RDP (dp-accounting), user-level",
-                       "label": "what this noise would give under user-level RDP accounting; "
-                                "the baseline itself is not a certified DP mechanism",
-                       "fraction_clipped": float(np.mean([np.mean(np.array(n) > cfg.dp_clip)
-                                                          for n in self.clip_norms])) if self.clip_norms else None}}
+        cfg = self.fed.cfg
+        return {"dp": dpfedavg.accounting_record(
+            sigma=cfg.dp_sigma, clip=cfg.dp_clip, delta=cfg.dp_delta, rounds=cfg.rounds, clients=cfg.clients,
+            participants=num_participants(cfg.participation, cfg.clients), clip_norms=self.clip_norms)}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "clip_norms": self.clip_norms}
@@ -162,13 +137,3 @@ class DPFedAvgSimulation(FedAvgSimulation):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.clip_norms = state.get("clip_norms", [])
-
-
-METHODS = {
-    "single": SingleClientSimulation,
-    "centralized": CentralizedSimulation,
-    "fedavg": FedAvgSimulation,
-    "fedprox": FedProxSimulation,
-    "fednova": FedNovaSimulation,
-    "dpfedavg": DPFedAvgSimulation,
-}

@@ -5,6 +5,7 @@ import torch
 
 from fedgca import seeding
 from fedgca.protocol import gca
+from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
 
@@ -12,26 +13,18 @@ from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
 class GCASimulation(SimMethod):
     """Clients keep their own models; only codes go up, centroids and counts come down."""
 
-    paper_phase = "recon"  # the paper evaluates GCA after every reconstruction epoch
-
     def __init__(self, fed):
         super().__init__(fed)
-        c = fed.cfg
-        self.gcfg = gca.GCAConfig(
-            k=c.k, rho=c.rho, recon_epochs=c.recon_epochs, align_epochs=c.align_epochs,
-            batch_size=c.batch_size, backend=c.backend,
-            cluster_preset="tabular" if fed.dataset.kind == "tabular" else "vision",
-            gamma=c.gamma, w_max=c.w_max, eps=c.weight_eps, uniform_weights=c.weights == "uniform",
-        )
+        self.gcfg = gca_training.gca_config(fed.cfg, fed.dataset.kind)
 
     def run_round(self, r: int, part: torch.Tensor, evaluate: EvaluateFn) -> CommRecord:
         fed, cfg, seed = self.fed, self.gcfg, self.fed.cfg.seed
         ids = range(fed.num_clients)
         for e in range(cfg.recon_epochs):
-            gca.reconstruction_epoch(fed.clients, fed.shards, seeding.client_rngs(seed, "recon", (r, e), ids), cfg, part)
+            gca_training.reconstruction_epoch(fed.clients, fed.shards, seeding.client_rngs(seed, "recon", (r, e), ids), cfg, part)
             evaluate("recon", e)
 
-        uploads = gca.encode_uploads(fed.clients, fed.shards, seeding.client_rngs(seed, "upload", (r,), ids), cfg.rho, part)
+        uploads = gca_training.encode_uploads(fed.clients, fed.shards, seeding.client_rngs(seed, "upload", (r,), ids), cfg.rho, part)
         received = [
             gca.validate_upload(u, max_rows=gca.upload_size(int(n), cfg.rho), latent_dim=fed.latent_dim)
             for u, n in zip(uploads, fed.shards.sizes) if u is not None
@@ -40,7 +33,7 @@ class GCASimulation(SimMethod):
         broadcast = ClusterSummary(payload["centroids"], payload["counts"])
 
         for e in range(cfg.align_epochs):
-            gca.alignment_epoch(fed.clients, fed.shards, seeding.client_rngs(seed, "align", (r, e), ids), cfg, broadcast, part)
+            gca_training.alignment_epoch(fed.clients, fed.shards, seeding.client_rngs(seed, "align", (r, e), ids), cfg, broadcast, part)
             if fed.cfg.eval_align_epochs:
                 evaluate("align", e)
 

@@ -1,19 +1,9 @@
-"""Method name → simulator implementation."""
+"""Method name → simulator implementation (the class its ``MethodSpec`` names)."""
 from __future__ import annotations
 
+from fedgca import methods
 from fedgca.simulation.base import SimMethod
 
 
 def method_class(name: str) -> type[SimMethod]:
-    from fedgca.simulation.gca import GCASimulation
-
-    methods: dict[str, type[SimMethod]] = {"gca": GCASimulation}
-    try:
-        from fedgca.simulation import baselines
-
-        methods.update(baselines.METHODS)
-    except ImportError:  # baselines not installed in this build
-        pass
-    if name not in methods:
-        raise ValueError(f"method {name!r} is not available in the simulator ({', '.join(methods)})")
-    return methods[name]
+    return methods.get(name).simulator_class()

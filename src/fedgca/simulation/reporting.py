@@ -6,38 +6,9 @@ import math
 import numpy as np
 
 from fedgca.config import RunConfig
+from fedgca.evaluation.selection import protocol_results
 from fedgca.models import param_count
 from fedgca.provenance import code_version
-
-METRICS = ("accuracy", "auroc", "auprc")
-
-
-def _pick(row: dict, **extra) -> dict:
-    return {**{m: row[m] for m in METRICS}, "round": row["round"], "phase": row["phase"],
-            "epoch": row["epoch"], **extra}
-
-
-def protocol_results(rows: list[dict], has_validation: bool) -> dict:
-    """final / peak (paper) / selected (validation, no test labels) from the metric rows.
-
-    peak: the evaluation with the highest test accuracy among the paper's
-    evaluation points (its AUROC and AUPRC are those of the same evaluation).
-    """
-    round_rows = [r for r in rows if r["phase"] == "round"]
-    paper_rows = [r for r in rows if r["paper"]]
-    final = round_rows[-1]
-    peak = max(paper_rows, key=lambda r: r["accuracy"])  # first maximum on ties
-    if has_validation:
-        sel = min(round_rows, key=lambda r: r["val_error"])
-        selected = _pick(sel, rule="round with the lowest mean validation reconstruction error")
-    else:
-        selected = _pick(final, rule="final round (val_fraction = 0: no validation split)")
-    return {
-        "final": _pick(final, protocol="final round"),
-        "peak": _pick(peak, protocol="paper: peak test accuracy over evaluations (uses test labels)"),
-        "selected": selected,
-    }
-
 
 def _per_round(values: list[int]):
     return values[0] if len(set(values)) == 1 else float(np.mean(values))

@@ -1,28 +1,26 @@
 """Run one federation: rounds, evaluation, checkpoints, resume and the output files."""
 from __future__ import annotations
 
-import csv
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from fedgca import methods, rundir
 from fedgca.config import RunConfig
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
-from fedgca.models import param_count
 from fedgca.simulation.federation import Federation, build_federation
 from fedgca.simulation.registry import method_class
 from fedgca.simulation.reporting import summarise
 from fedgca.detector import save_client_detectors
+from fedgca.protocol.gca import upload_size
+from fedgca.protocol.sampling import num_participants
+from fedgca.rundir import CHECKPOINT, RunFileError
 
 log = logging.getLogger("fedgca")
-CHECKPOINT = "checkpoint.pt"
-METRIC_FIELDS = ["round", "phase", "epoch", "accuracy", "auroc", "auprc", "train_error", "val_error", "paper"]
 
 
 class ConfigMismatch(RuntimeError):
@@ -31,24 +29,40 @@ class ConfigMismatch(RuntimeError):
 
 def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progress: bool | None = None,
         fed: Federation | None = None) -> dict:
-    """Run (or resume) a federation and write its files to ``out_dir``; return the summary."""
+    """Run (or resume) a federation and write its files to ``out_dir``; return the summary.
+
+    Everything that can fail on bad input (options, an existing directory, the
+    checkpoint, the data) is checked before the first file is written, so a
+    run that never started leaves nothing behind.
+    """
     cfg = cfg.resolved()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _check_config(out, cfg, resume)
+    _check_existing(out, cfg, resume)
+    ckpt = _read_checkpoint(out) if resume and (out / CHECKPOINT).exists() else None
     fed = fed or build_federation(cfg, data_dir)
     method = method_class(cfg.method)(fed)
+    k_note = _effective_k_note(cfg, fed)
 
     rows: list[dict] = []
     comm: list[dict] = []
     start_round, wall_before = 0, 0.0
-    ckpt_path = out / CHECKPOINT
-    if resume and ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        fed.clients.load_state_dict(ckpt["clients"])
-        method.load_state_dict(ckpt["method"])
-        rows, comm, start_round, wall_before = ckpt["rows"], ckpt["comm"], ckpt["round"] + 1, ckpt["wall"]
+    if ckpt is not None:
+        try:
+            fed.clients.load_state_dict(ckpt["clients"])
+            method.load_state_dict(ckpt["method"])
+            rows, comm = list(ckpt["rows"]), list(ckpt["comm"])
+            start_round, wall_before = int(ckpt["round"]) + 1, float(ckpt["wall"])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
+            raise RunFileError(f"{out / CHECKPOINT}: does not belong to this run's models "
+                               f"({type(err).__name__}: {' '.join(str(err).split())[:160]})") from None
         log.info("resuming %s from round %d", out, start_round + 1)
+
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / rundir.CONFIG).exists():
+        rundir.atomic_write_text(out / rundir.CONFIG, json.dumps(cfg.to_dict(), indent=2))
+        rundir.record(out, rundir.CONFIG)
+    if k_note:
+        log.warning("%s", k_note)
 
     bar = _progress(cfg, start_round, progress)
     t0 = time.perf_counter()
@@ -64,17 +78,46 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
         comm.append({"round": r, "bytes_up": record.bytes_up, "bytes_down": record.bytes_down,
                      "uploads": record.uploads, "participants": record.participants, **record.extra})
         wall = wall_before + time.perf_counter() - t0
-        _write_metrics(out, rows)
-        _save_checkpoint(ckpt_path, fed, method, rows, comm, r, wall)
+        rundir.write_metrics(out, rows)
+        rundir.save_checkpoint(out, {"clients": fed.clients.state_dict(), "method": method.state_dict(),
+                                     "rows": rows, "comm": comm, "round": r, "wall": wall})
         bar.done_round(r, rows[-1])
     bar.close()
 
     wall = wall_before + time.perf_counter() - t0
     summary = summarise(cfg, fed, method, rows, comm, wall)
-    save_client_detectors(out, fed, method)
-    (out / "comm.json").write_text(json.dumps(comm, indent=1))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if k_note:
+        summary["k_note"] = k_note
+    names = save_client_detectors(out, fed, method)
+    rundir.atomic_write_text(out / rundir.COMM, json.dumps(comm, indent=1))
+    rundir.atomic_write_text(out / rundir.SUMMARY, json.dumps(summary, indent=2))
+    rundir.record(out, rundir.METRICS, rundir.COMM, *names, rundir.SUMMARY)
     return summary
+
+
+def _read_checkpoint(out: Path) -> dict:
+    path = rundir.verify(out, CHECKPOINT)
+    ckpt = rundir.load_tensors(path, expect_keys=("clients", "method", "rows", "comm", "round", "wall"))
+    if not isinstance(ckpt["rows"], list) or not isinstance(ckpt["comm"], list) or not isinstance(ckpt["round"], int):
+        raise RunFileError(f"{path}: not a fedgca checkpoint (rows, comm or round of the wrong type)")
+    return ckpt
+
+
+def _effective_k_note(cfg: RunConfig, fed: Federation) -> str | None:
+    """GCA clusters at most as many codes as the clients upload; say so when K asks for more."""
+    if cfg.method != "gca":
+        return None
+    per_round = sum(upload_size(int(n), cfg.rho) for n in fed.shards.sizes)
+    if cfg.participation < 1:
+        per_round = sum(sorted((upload_size(int(n), cfg.rho) for n in fed.shards.sizes), reverse=True)[
+            :num_participants(cfg.participation, fed.num_clients)])
+    if per_round == 0:
+        raise ValueError(f"--rho {cfg.rho}: no client uploads a code (⌊ρ·N_i⌋ = 0 for every client); "
+                         "raise --rho")
+    if cfg.k > per_round:
+        return (f"--k {cfg.k} exceeds the {per_round} codes uploaded per round; each round clusters at most "
+                f"{per_round} (the broadcast K per round is in comm.json: broadcast_k)")
+    return None
 
 
 def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
@@ -88,38 +131,22 @@ def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
         "round": r + 1, "phase": phase, "epoch": epoch + 1 if epoch >= 0 else "",
         "accuracy": res["accuracy"], "auroc": res["auroc"], "auprc": res["auprc"],
         "train_error": res["train_error"], "val_error": val_error,
-        "paper": int(phase == method.paper_phase), "per_client": res["per_client"],
+        "paper": int(phase == methods.get(fed.cfg.method).paper_phase), "per_client": res["per_client"],
     }
 
 
-def _write_metrics(out: Path, rows: list[dict]) -> None:
-    tmp = out / "metrics.csv.tmp"
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=METRIC_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, out / "metrics.csv")
-
-
-def _save_checkpoint(path: Path, fed, method, rows, comm, r, wall) -> None:
-    """Atomic: a run killed while saving keeps the previous checkpoint."""
-    tmp = path.with_suffix(".tmp")
-    torch.save({"clients": fed.clients.state_dict(), "method": method.state_dict(), "rows": rows,
-                "comm": comm, "round": r, "wall": wall}, tmp)
-    os.replace(tmp, path)
-
-
-def _check_config(out: Path, cfg: RunConfig, resume: bool) -> None:
-    path = out / "config.json"
+def _check_existing(out: Path, cfg: RunConfig, resume: bool) -> None:
+    """Refuse to overwrite another run, or to resume one with other options (reads only)."""
+    path = out / rundir.CONFIG
     if path.exists() and (resume or (out / CHECKPOINT).exists()):
-        saved = json.loads(path.read_text())
-        if saved != cfg.to_dict():
-            diff = sorted(k for k in saved if saved.get(k) != cfg.to_dict().get(k))
+        saved = rundir.load_json(rundir.verify(out, rundir.CONFIG))
+        mine = cfg.to_dict()
+        if saved != mine:
+            diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
             raise ConfigMismatch(f"{out} holds a run with a different config (differs in: {', '.join(diff)}); "
                                  "use another --out or the same options")
         if not resume:
             raise ConfigMismatch(f"{out} already holds a run; pass --resume to continue it or choose another --out")
-    path.write_text(json.dumps(cfg.to_dict(), indent=2))
 
 
 class _Progress:

@@ -1,0 +1,81 @@
+"""The methods fedgca runs, registered once: every list of methods in the package is read from here.
+
+A method is declared by one ``MethodSpec`` line below and implemented by one
+simulator class (``simulator``: "module:Class", imported only when a run
+needs it). The CLI's choices, the sweep's canonical keys (which options a
+method reads), the report's column order and labels, the attack's threat
+model and the Flower apps' support all come from this table; adding a method
+is one implementation file plus one ``register`` line.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+# Options every method reads: they define the setting a method runs in.
+COMMON = frozenset({"dataset", "method", "seed", "rounds", "clients", "participation", "batch_size", "lr",
+                    "lr_step", "lr_gamma", "partition", "alpha", "quantile", "val_fraction"})
+_GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
+                  "eval_align_epochs"})
+_LOCAL = frozenset({"local_epochs"})
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    label: str  # as the paper's tables print it
+    family: str  # "single-site" | "parameter-sharing" | "gca"
+    reads: frozenset  # RunConfig fields it reads besides COMMON
+    simulator: str  # "module:Class" of its SimMethod
+    flower: bool  # runs as a Flower ServerApp/ClientApp pair
+    attack: str | None  # SPEC §6 threat model: "white-box" (parameters), "latent" (codes), None (nothing sent)
+    paper_phase: str = "round"  # the metric rows the paper's peak is taken over
+
+    @property
+    def options(self) -> frozenset:
+        return COMMON | self.reads
+
+    def simulator_class(self):
+        module, _, cls = self.simulator.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register(spec: MethodSpec) -> MethodSpec:
+    if spec.name in REGISTRY:
+        raise ValueError(f"method {spec.name!r} is registered twice")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def get(name: str) -> MethodSpec:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def names(family: str | None = None, *, flower: bool | None = None, attack: bool | None = None) -> tuple[str, ...]:
+    """Registered method names in table order, optionally filtered."""
+    return tuple(s.name for s in REGISTRY.values()
+                 if (family is None or s.family == family) and (flower is None or s.flower == flower)
+                 and (attack is None or (s.attack is not None) == attack))
+
+
+_BASELINES = "fedgca.simulation.baselines"
+# In the paper's table order: single-site references, parameter sharing, GCA.
+register(MethodSpec("single", "Single-Client", "single-site", _LOCAL, f"{_BASELINES}:SingleClientSimulation",
+                    flower=False, attack=None))
+register(MethodSpec("centralized", "Centralized", "single-site", _LOCAL, f"{_BASELINES}:CentralizedSimulation",
+                    flower=False, attack=None))
+register(MethodSpec("fedavg", "FedAvg", "parameter-sharing", _LOCAL, f"{_BASELINES}:FedAvgSimulation",
+                    flower=True, attack="white-box"))
+register(MethodSpec("fedprox", "FedProx", "parameter-sharing", _LOCAL | {"fedprox_mu", "fedprox_coef"},
+                    f"{_BASELINES}:FedProxSimulation", flower=True, attack="white-box"))
+register(MethodSpec("fednova", "FedNova", "parameter-sharing", _LOCAL, f"{_BASELINES}:FedNovaSimulation",
+                    flower=True, attack="white-box"))
+register(MethodSpec("dpfedavg", "DP-FedAvg", "parameter-sharing", _LOCAL | {"dp_clip", "dp_sigma", "dp_delta"},
+                    f"{_BASELINES}:DPFedAvgSimulation", flower=True, attack="white-box"))
+register(MethodSpec("gca", "GCA", "gca", _GCA, "fedgca.simulation.gca:GCASimulation", flower=True, attack="latent",
+                    paper_phase="recon"))

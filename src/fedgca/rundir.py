@@ -1,0 +1,213 @@
+"""The files of a run directory: their names, atomic writes, a SHA-256 manifest, and safe reading.
+
+Run directories are handed around ("here are my runs, attack or resume them"),
+so nothing read back from one may execute code: checkpoints and models hold
+only tensors and plain containers and are read with ``torch.load(...,
+weights_only=True)``; everything else is JSON. ``manifest.json`` records the
+SHA-256 and size of every file fedgca wrote, so that a file truncated by a
+full disk or modified by hand is reported as such, with its name, before it
+is used.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import torch
+
+from fedgca.evaluation.selection import METRIC_FIELDS
+
+CONFIG = "config.json"
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.csv"
+COMM = "comm.json"
+SUMMARY = "summary.json"
+MANIFEST = "manifest.json"
+CLIENTS = "clients"
+
+
+class RunFileError(ValueError):
+    """A file of a run directory is missing, truncated, modified, foreign or unsafe."""
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def _fsync_write(tmp: Path, write) -> None:
+    with tmp.open("wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a kill at any moment leaves the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        _fsync_write(tmp, lambda f: f.write(data))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def write_metrics(run_dir, rows: list[dict]) -> None:
+    """metrics.csv: one row per evaluation, the same columns from both drivers."""
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=METRIC_FIELDS, extrasaction="ignore", lineterminator="\r\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(Path(run_dir) / METRICS, buf.getvalue())
+
+
+def save_tensors(path: Path, obj) -> None:
+    """``torch.save`` of tensors and plain containers, atomically (no partial or 0-byte file survives a kill)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        _fsync_write(tmp, lambda f: torch.save(obj, f))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- manifest
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_manifest(run_dir: Path) -> dict:
+    path = Path(run_dir) / MANIFEST
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+        files = doc["files"]
+        if not isinstance(files, dict):
+            raise TypeError
+        return files
+    except (ValueError, KeyError, TypeError):
+        raise RunFileError(f"{path}: not a fedgca manifest (unreadable JSON or no 'files' table)") from None
+
+
+def _entry(path: Path) -> dict:
+    return {"sha256": sha256_of(path), "bytes": path.stat().st_size}
+
+
+def _write_manifest(run_dir: Path, files: dict) -> None:
+    atomic_write_text(Path(run_dir) / MANIFEST, json.dumps({"files": dict(sorted(files.items()))}, indent=1))
+
+
+def record(run_dir, *names: str) -> None:
+    """Add (or refresh) ``names`` — paths relative to ``run_dir`` — in the manifest."""
+    run_dir = Path(run_dir)
+    files = _read_manifest(run_dir)
+    for name in names:
+        files[name] = _entry(run_dir / name)
+    _write_manifest(run_dir, files)
+
+
+def save_checkpoint(run_dir, obj, name: str = CHECKPOINT) -> None:
+    """Replace ``run_dir/name`` atomically and keep the manifest right whenever the process is killed.
+
+    The new file's hash is first added to the manifest as ``pending`` (both the
+    old and the new file then verify), the file is swapped in, and the entry is
+    settled: a kill between any two steps leaves a checkpoint the manifest accepts.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / name
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        _fsync_write(tmp, lambda f: torch.save(obj, f))
+        files = _read_manifest(run_dir)
+        files[name] = {**files.get(name, {}), "pending": _entry(tmp)}
+        _write_manifest(run_dir, files)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    files[name] = files[name]["pending"]
+    _write_manifest(run_dir, files)
+
+
+def verify(run_dir, name: str) -> Path:
+    """``run_dir/name`` after checking it against the manifest; a clear RunFileError if it does not match.
+
+    A directory written by an older fedgca has no manifest: its files are
+    read unverified (still safely).
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / name
+    if not path.exists():
+        raise RunFileError(f"{path}: missing")
+    entry = _read_manifest(run_dir).get(name)
+    if entry is None:
+        return path
+    size = path.stat().st_size
+    accepted = [e for e in (entry, entry.get("pending")) if isinstance(e, dict) and "sha256" in e]
+    if not any(size == e.get("bytes") for e in accepted):
+        expected = entry.get("bytes")
+        what = "truncated" if isinstance(expected, int) and size < expected else "modified"
+        raise RunFileError(f"{path}: {what} ({size} bytes, {MANIFEST} says {expected})")
+    if sha256_of(path) not in {e["sha256"] for e in accepted}:
+        raise RunFileError(f"{path}: modified since fedgca wrote it (SHA-256 differs from {MANIFEST})")
+    return path
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def load_tensors(path: Path, *, expect_keys: tuple[str, ...] = ()):
+    """``torch.load(weights_only=True)`` with every failure turned into one line naming the file.
+
+    Refuses pickles that would build anything but tensors and plain
+    containers (the payload is never executed); ``expect_keys`` checks the
+    top level of a dict-shaped file so that a foreign file is named as such.
+    """
+    path = Path(path)
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise RunFileError(f"{path}: missing") from None
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "weights_only" in str(err) or "Unsupported global" in str(err):
+            raise RunFileError(f"{path}: refused — it holds objects other than tensors and plain containers "
+                               "(a crafted or foreign file; nothing in it was run)") from None
+        raise RunFileError(f"{path}: not a readable fedgca file ({first})") from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError, AttributeError, TypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RunFileError(f"{path}: truncated or corrupted ({first})") from None
+    if expect_keys:
+        if not isinstance(obj, dict) or any(k not in obj for k in expect_keys):
+            raise RunFileError(f"{path}: not a fedgca file of this kind (expected a dict with "
+                               f"{', '.join(expect_keys)})")
+    return obj
+
+
+def load_json(path: Path) -> dict:
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunFileError(f"{path}: missing") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise RunFileError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(doc, dict):
+        raise RunFileError(f"{path}: expected a JSON object")
+    return doc

@@ -1,0 +1,88 @@
+"""GCA's client side over a stack of client models (C = 1 for a Flower client): SPEC §1 epochs and the upload.
+
+The per-row math is ``fedgca.protocol.gca``; this module drives it over
+mini-batches with the stacked engine. Orchestration — which clients, when to
+evaluate — lives in ``fedgca.simulation`` and ``fedgca.flower``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedgca.protocol.clustering import ClusterSummary
+from fedgca.protocol.gca import GCAConfig, alignment_per_row, alignment_weights, sample_upload
+from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
+from fedgca.training.loop import ClientShards, LossFn, run_epoch
+from fedgca.training.stacked import StackedModels
+
+
+def gca_config(cfg, kind: str) -> GCAConfig:
+    """A RunConfig's GCA slice (``kind``: the dataset's kind, tabular or vision, picks the clustering preset)."""
+    return GCAConfig(
+        k=cfg.k, rho=cfg.rho, recon_epochs=cfg.recon_epochs, align_epochs=cfg.align_epochs,
+        batch_size=cfg.batch_size, backend=cfg.backend,
+        cluster_preset="tabular" if kind == "tabular" else "vision",
+        gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.weight_eps, uniform_weights=cfg.weights == "uniform",
+    )
+
+
+def reconstruction_loss(clients: StackedModels, n_feature_dims: int) -> LossFn:
+    """Phase 1 loss L_recon per client."""
+
+    def loss(xb: Tensor, mask: Tensor) -> Tensor:
+        return masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
+
+    return loss
+
+
+def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -> LossFn:
+    """Phase 3 loss L_align per client; assignments recomputed every batch."""
+
+    def loss(xb: Tensor, mask: Tensor) -> Tensor:
+        return masked_batch_mean(alignment_per_row(clients.encode(xb), centroids, weights), mask)
+
+    return loss
+
+
+def reconstruction_epoch(clients, shards: ClientShards, rngs, cfg: GCAConfig, participating: Tensor) -> Tensor:
+    n_feature_dims = shards.x.dim() - 2
+    return run_epoch(
+        clients, shards, rngs, cfg.batch_size, reconstruction_loss(clients, n_feature_dims),
+        list(clients.params), participating,
+    )
+
+
+def alignment_epoch(
+    clients, shards: ClientShards, rngs, cfg: GCAConfig, summary: ClusterSummary, participating: Tensor
+) -> Tensor:
+    """One alignment epoch: encoder parameters only — decoder tensors and Adam state untouched."""
+    centroids = torch.as_tensor(summary.centroids, dtype=torch.float32)
+    weights = alignment_weights(
+        torch.as_tensor(summary.counts), gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.eps,
+        uniform=cfg.uniform_weights,
+    )
+    return run_epoch(
+        clients, shards, rngs, cfg.batch_size, alignment_loss(clients, centroids, weights),
+        clients.encoder_keys, participating,
+    )
+
+
+@torch.no_grad()
+def encode_uploads(clients: StackedModels, shards: ClientShards, rngs, rho: float, participating) -> list:
+    """Each participating client's ⌊ρ·N_i⌋ freshly sampled codes (float32 arrays); None for others."""
+    picks = [
+        sample_upload(rngs[c], int(n), rho) if bool(participating[c]) else np.zeros(0, dtype=np.int64)
+        for c, n in enumerate(shards.sizes)
+    ]
+    width = max(1, max(len(p) for p in picks))
+    idx = torch.zeros((len(picks), width), dtype=torch.long)
+    for c, p in enumerate(picks):
+        idx[c, : len(p)] = torch.as_tensor(p)
+    codes = clients.encode(shards.x[torch.arange(len(picks)).unsqueeze(-1), idx])
+    return [
+        codes[c, : len(p)].numpy().astype(np.float32, copy=True) if bool(participating[c]) else None
+        for c, p in enumerate(picks)
+    ]
+
+
