@@ -20,8 +20,8 @@ from fedgca.config import DATASET_PRESETS
 from fedgca.data import iid_partition, load_dataset
 from fedgca.models import TabularAE, param_count
 from fedgca.protocol import gca
-from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
+from fedgca.training import gca as gca_training
 from fedgca.training.loop import ClientShards
 from fedgca.training.reference import ReferenceClient, reference_gca_round
 from fedgca.training.stacked import StackedModels

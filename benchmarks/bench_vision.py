@@ -24,11 +24,11 @@ import torch
 from fedgca import seeding
 from fedgca.config import RunConfig
 from fedgca.protocol import gca
-from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.simulation.federation import build_federation
 from fedgca.simulation.registry import method_class
 from fedgca.simulation.runner import _evaluate
+from fedgca.training import gca as gca_training
 
 
 def timed(fn) -> float:

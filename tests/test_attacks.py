@@ -10,7 +10,11 @@ import torch
 
 from fedgca.attacks.flipping import direct_decodes, flipped_loss, train_surrogate
 from fedgca.attacks.inversion import invert, invert_model, make_starts
-from fedgca.attacks.metrics import leakage_metrics, nearest_by_mse, select_reference_bank
+from fedgca.attacks.metrics import (
+    leakage_metrics,
+    nearest_by_mse,
+    select_reference_bank,
+)
 from fedgca.models import TabularAE, build_model
 
 

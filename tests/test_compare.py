@@ -3,6 +3,7 @@ import json
 
 from fedgca.config import RunConfig
 from fedgca.experiments import compare, sweep
+from fedgca.reporting import comparison
 
 
 def test_compare_runs_once_and_renders_the_paper_layout(tmp_path, data_dir):
@@ -15,7 +16,7 @@ def test_compare_runs_once_and_renders_the_paper_layout(tmp_path, data_dir):
     again = compare.run_grid(base, ["academic"], methods, seeds, tmp_path, data_dir, workers=0)
     assert again == first  # runs already complete in DIR are not redone
     assert [e for e in sweep.Ledger(tmp_path / sweep.LEDGER).events() if e["event"] == "started"] == started
-    md = compare.render_comparison(first, methods)
+    md = comparison.render_comparison(first, methods)
     header = next(line for line in md.splitlines() if line.startswith("|"))
     assert "gca" in header.lower() and "fedavg" in header.lower()
     assert any(line.startswith("| academic") for line in md.splitlines())  # one row per dataset
@@ -24,7 +25,7 @@ def test_compare_runs_once_and_renders_the_paper_layout(tmp_path, data_dir):
                                   "time in all (sum of per-run wall seconds).")
     mean = 100 * (first[0]["peak"]["accuracy"] + first[1]["peak"]["accuracy"]) / 2
     assert f"{mean:.1f}" in md
-    paths = compare.write_outputs(tmp_path, first, methods)
+    paths = comparison.write_outputs(tmp_path, first, methods)
     assert paths["csv"].read_text().count("academic") >= 1
     assert json.loads((sweep.run_dir(tmp_path, compare.grid(base, ["academic"], ["gca"], [100])[0])
                        / "summary.json").read_text())["seed"] == 100

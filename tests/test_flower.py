@@ -17,15 +17,13 @@ from fedgca.config import RunConfig
 from fedgca.flower import owndata
 from fedgca.flower.config import parse_run_config, to_run_config
 from fedgca.flower.records import stacked_state_from_record, stacked_state_record
-from fedgca.flower.server import check_codes
 from fedgca.flower.simulation import simulate
+from fedgca.flower.validation import check_codes
 from fedgca.protocol.gca import UploadError
 from fedgca.simulation.runner import run
 
-# Float tolerance of the equivalence test. The simulator trains all C clients in one vmap-ed
-# computation; a Flower client is the same code with C = 1. Batched float32 matrix products over 3
-# clients and over 1 round differently (observed: parameters within ~1e-6 after an epoch, metrics
-# within ~2e-7); 2.5e-4 is below one test row of accuracy on magic's 13,376-row test set times 3.
+# Tolerance of the Ray-engine comparison only (its workers may run another BLAS thread count); the
+# in-process Flower engine and the simulator must agree exactly.
 ATOL = 2.5e-4
 METRICS = ("accuracy", "auroc", "auprc")
 
@@ -47,21 +45,17 @@ def test_gca_flower_simulation_matches_simulator(tmp_path, data_dir):
     cfg = _magic()
     fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
     sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
-    a, b = _rows(tmp_path / "flower"), _rows(tmp_path / "sim")
-    assert [(r["round"], r["phase"], r["epoch"]) for r in a] == [(r["round"], r["phase"], r["epoch"]) for r in b]
-    assert [r["paper"] for r in a] == [r["paper"] for r in b]
-    for ra, rb in zip(a, b):
-        for m in METRICS:
-            assert float(ra[m]) == pytest.approx(float(rb[m]), abs=ATOL), (ra, rb)
+    # the same functions on the same draws: metrics.csv is byte-identical
+    assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
     assert fl["uploads_per_round"] == sim["uploads_per_round"] == 1_410
     assert fl["bytes_up_per_round"] == sim["bytes_up_per_round"] == 4 * 1_410 * 16
     assert fl["bytes_down_per_round"] == sim["bytes_down_per_round"]
     assert fl["client_sizes"] == sim["client_sizes"]
     for p in ("final", "peak"):
         for m in METRICS:
-            assert fl[p][m] == pytest.approx(sim[p][m], abs=ATOL)
+            assert fl[p][m] == sim[p][m]
     # per-client, per-round metrics (the simulator keeps them in its checkpoint rows)
-    ckpt = torch.load(tmp_path / "sim" / "checkpoint.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "sim" / "checkpoint.pt", weights_only=True)
     sim_round = [r for r in ckpt["rows"] if r["phase"] == "round"]
     fl_rounds = [json.loads(line) for line in (tmp_path / "flower" / "rounds.jsonl").read_text().splitlines()]
     assert [r["took_part"] for r in fl_rounds] == [[0, 1, 2], [0, 1, 2]]
@@ -165,33 +159,28 @@ def test_check_codes_accepts_exactly_one_float32_array():
 # ---------------------------------------------------------------------------- baselines
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fednova", "fedprox"])
+@pytest.mark.parametrize("method", ["single", "fedavg", "fedprox", "fednova", "dpfedavg"])
 def test_baselines_on_flower_match_the_simulator(tmp_path, data_dir, method):
+    """Every federated method: the Flower apps and the simulator write byte-identical metrics.csv
+    (the same server rule, DP noise included, and the same client code with C = 1)."""
     cfg = _magic(method=method, local_epochs=1)
     fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir)
     sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
-    for ra, rb in zip(_rows(tmp_path / "flower"), _rows(tmp_path / "sim")):
-        for m in METRICS:  # Flower's FedAvg arithmetic vs fedgca's: float32 rounding only
-            assert float(ra[m]) == pytest.approx(float(rb[m]), abs=ATOL)
-    assert fl["bytes_up_per_round"] == sim["bytes_up_per_round"] == 4 * 3 * 38_037
+    assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
+    assert fl["bytes_up_per_round"] == sim["bytes_up_per_round"] == (0 if method == "single" else 4 * 3 * 38_037)
     assert fl["bytes_down_per_round"] == sim["bytes_down_per_round"]
-    assert fl["strategy"] == {"fedavg": "FedAvg", "fedprox": "FedProx", "fednova": "FedNovaStrategy"}[method]
     if method == "fedprox":
         assert fl["fedprox"]["effective_coef"] == pytest.approx(1e-4)
-
-
-def test_dpfedavg_on_flower_is_reproducible_and_accounted(tmp_path, data_dir):
-    cfg = _magic(method="dpfedavg", local_epochs=1)
-    a = simulate(cfg, tmp_path / "a", data_dir=data_dir)
-    b = simulate(cfg, tmp_path / "b", data_dir=data_dir)
-    assert a["final"] == b["final"]
-    assert a["strategy"] == "SeededDPFixedClipping" and a["dp"]["epsilon"] > 0
-    assert "not a certified" in a["dp"]["label"]
+    if method == "dpfedavg":
+        assert fl["dp"] == sim["dp"] and fl["dp"]["epsilon"] > 0 and "not a certified" in fl["dp"]["label"]
 
 
 def test_flower_strategies_compute_spec_rules():
     """Flower's FedAvg and server-side fixed clipping (σ = 0) against fedgca.protocol on the same updates."""
-    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+    from flwr.serverapp.strategy import (
+        DifferentialPrivacyServerSideFixedClipping,
+        FedAvg,
+    )
     from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
     from fedgca.protocol import dpfedavg, fedavg
@@ -333,8 +322,8 @@ def test_client_state_record_round_trip():
 
 
 def test_cli_app_dir_and_certs(tmp_path, capsys):
-    from flwr.common.config import validate_config
     import tomli
+    from flwr.common.config import validate_config
 
     assert cli_main(["flower", "app-dir", str(tmp_path / "app"), "--dataset", "magic", "--clients", "3",
                      "--rounds", "2", "--superlink-host", "fl.example.org"]) == 0

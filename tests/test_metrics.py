@@ -3,7 +3,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from fedgca.evaluation.metrics import auroc_rows, average_precision_rows, detection_metrics, quantile_thresholds
+from fedgca.evaluation.metrics import (
+    auroc_rows,
+    average_precision_rows,
+    detection_metrics,
+    quantile_thresholds,
+)
 
 
 @pytest.mark.parametrize("tied", [False, True])

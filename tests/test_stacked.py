@@ -7,8 +7,8 @@ import torch
 from fedgca import seeding
 from fedgca.models import TabularAE
 from fedgca.protocol import gca
-from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
+from fedgca.training import gca as gca_training
 from fedgca.training.loop import ClientShards
 from fedgca.training.reference import ReferenceClient, reference_gca_round
 from fedgca.training.stacked import StackedModels

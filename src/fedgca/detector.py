@@ -25,8 +25,13 @@ from fedgca.protocol.losses import reconstruction_per_row
 
 
 class AnomalyDetector:
-    def __init__(self, model: torch.nn.Module, *, quantile: float = 0.75, threshold: float | None = None,
-                 preprocessor=None, dataset: str | None = None, kind: str = "tabular", meta: dict | None = None):
+    def __init__(self, model: torch.nn.Module, *, quantile: float = 0.75, contamination: float | None = None,
+                 threshold: float | None = None, preprocessor=None, dataset: str | None = None,
+                 kind: str = "tabular", meta: dict | None = None):
+        if contamination is not None:
+            if not 0 < contamination < 1:
+                raise ValueError(f"contamination must be in (0, 1), got {contamination!r}")
+            quantile = 1.0 - contamination
         self.model = model.eval()
         self.quantile = quantile
         self.threshold_ = threshold

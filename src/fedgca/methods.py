@@ -66,7 +66,7 @@ def names(family: str | None = None, *, flower: bool | None = None, attack: bool
 _BASELINES = "fedgca.simulation.baselines"
 # In the paper's table order: single-site references, parameter sharing, GCA.
 register(MethodSpec("single", "Single-Client", "single-site", _LOCAL, f"{_BASELINES}:SingleClientSimulation",
-                    flower=False, attack=None))
+                    flower=True, attack=None))
 register(MethodSpec("centralized", "Centralized", "single-site", _LOCAL, f"{_BASELINES}:CentralizedSimulation",
                     flower=False, attack=None))
 register(MethodSpec("fedavg", "FedAvg", "parameter-sharing", _LOCAL, f"{_BASELINES}:FedAvgSimulation",

@@ -10,7 +10,6 @@ import zlib
 import numpy as np
 
 
-
 def _purpose_code(purpose: str) -> int:
     return zlib.crc32(purpose.encode())
 

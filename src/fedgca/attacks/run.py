@@ -28,7 +28,13 @@ import torch
 
 from fedgca import methods, rundir, seeding
 from fedgca.attacks.flipping import direct_decodes, train_surrogate
-from fedgca.attacks.inversion import VISION_BOUNDS, invert, invert_model, make_starts, start_kind
+from fedgca.attacks.inversion import (
+    VISION_BOUNDS,
+    invert,
+    invert_model,
+    make_starts,
+    start_kind,
+)
 from fedgca.attacks.metrics import leakage_metrics, select_reference_bank
 from fedgca.config import RunConfig
 from fedgca.training import gca as gca_training

@@ -31,6 +31,7 @@ def register(sub) -> None:
 def cmd_compare(args) -> int:
     from fedgca.config import RunConfig
     from fedgca.experiments import compare
+    from fedgca.reporting import comparison
 
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
@@ -38,12 +39,13 @@ def cmd_compare(args) -> int:
     started = time.perf_counter()
     summaries = compare.run_grid(base, args.dataset, args.methods, args.seeds, root, args.data_dir, args.workers)
     elapsed = time.perf_counter() - started
-    print(compare.render_comparison(summaries, args.methods))
+    print(comparison.render_comparison(summaries, args.methods))
     print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
-    paths = compare.write_outputs(root, summaries, args.methods)
+    paths = comparison.write_outputs(root, summaries, args.methods)
     print(f"tables written to {paths['md']} and {paths['csv']}; per-run figures in {paths['runs']}")
     if args.attack:
-        table = compare.attack_table(base, args.dataset, args.methods, args.seeds, root, args.data_dir)
+        table = comparison.render_attacks(
+            compare.attack_grid(base, args.dataset, args.methods, args.seeds, root, args.data_dir))
         print(table)
         (root / "attacks.md").write_text(table)
         print(f"attack table written to {root / 'attacks.md'}")

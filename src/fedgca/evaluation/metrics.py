@@ -65,6 +65,14 @@ def quantile_thresholds(train_scores: list[np.ndarray], q: float = 0.75) -> np.n
     return np.array([quantile_threshold(s, q) for s in train_scores])
 
 
+def mean_error(per_client_means) -> float:
+    """The metrics row's train/val error: the mean over clients of each client's mean score, in float32.
+
+    (Scores are float32; both drivers average the per-client means this one way.)
+    """
+    return float(np.mean(np.asarray(per_client_means, dtype=np.float32)))
+
+
 def detection_metrics(test_scores: np.ndarray, test_y: np.ndarray, thresholds: np.ndarray) -> dict:
     """Accuracy at each client's threshold, AUROC and AUPRC (anomaly = positive), mean over clients."""
     scores = np.asarray(test_scores, dtype=np.float64)
@@ -118,6 +126,7 @@ def evaluate_clients(
     train = shard_scores(clients, shards)
     thresholds = quantile_thresholds(train, q)
     result = detection_metrics(shared_scores(clients, test_x).numpy(), test_y, thresholds)
-    result["train_error"] = float(np.mean([s.mean() for s in train]))
+    result["per_client"]["train_error"] = [float(s.mean()) for s in train]
+    result["train_error"] = mean_error(result["per_client"]["train_error"])
     result["thresholds"] = thresholds.tolist()
     return result

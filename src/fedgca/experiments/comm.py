@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from fedgca.config import DATASET_PRESETS, K_GRID
+from fedgca.tabletext import markdown
 
 log = logging.getLogger("fedgca")
 
@@ -228,16 +229,11 @@ def render(rows: list[dict], fmt: str = "md", sources: dict | None = None) -> st
         note += ".\n"
     return (
         "### Communication inputs (C clients, U codes uploaded per round, latent D_z, model parameters P)\n\n"
-        + md_table(ih, ib) + "\n" + note + "\n"
+        + markdown(ih, ib) + "\n" + note + "\n"
         "### Per-round communication (MiB = 2^20 bytes, FP32), measured from the built payloads; "
         "GCA up = 4·U·D_z, down = 4·C·K·(D_z+1); FL (FedAvg/FedProx/FedNova/DP-FedAvg) up = down = 4·C·P; "
-        "reduction = 1 − GCA total / FL total\n\n" + md_table(mh, mb)
+        "reduction = 1 − GCA total / FL total\n\n" + markdown(mh, mb)
     )
-
-
-def md_table(head: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n"
 
 
 def mib(nbytes: float) -> float:

@@ -31,19 +31,40 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedgca import methods, seeding
-from fedgca.evaluation.metrics import evaluate_clients, quantile_thresholds, shard_scores
+from fedgca.evaluation.metrics import (
+    evaluate_clients,
+    quantile_thresholds,
+    shard_scores,
+)
 from fedgca.flower import data as node_data
 from fedgca.flower import owndata
 from fedgca.flower.records import (
-    ARRAYS, BROADCAST, CODES, CODES_ARRAY, CONFIG, INFO, METRICS, SETUP, STATE_EVALS, STATE_MODEL, STATE_SETUP,
-    STATS, array_record, from_json_record, json_record, model_state, numpy_dict, run_config_from_record,
-    stacked_state_from_record, stacked_state_record,
+    ARRAYS,
+    BROADCAST,
+    CODES,
+    CODES_ARRAY,
+    CONFIG,
+    INFO,
+    METRICS,
+    SETUP,
+    STATE_EVALS,
+    STATE_MODEL,
+    STATE_SETUP,
+    STATS,
+    array_record,
+    from_json_record,
+    json_record,
+    model_state,
+    numpy_dict,
+    run_config_from_record,
+    stacked_state_from_record,
+    stacked_state_record,
 )
-from fedgca.protocol import fednova, fedprox
-from fedgca.training import gca as gca_training
-from fedgca.protocol.clustering import ClusterSummary
 from fedgca.models import init_model
-from fedgca.training.local import local_training
+from fedgca.protocol import fednova
+from fedgca.protocol.clustering import ClusterSummary
+from fedgca.training import gca as gca_training
+from fedgca.training.local import client_loss_term, local_training
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import AdamConfig, StackedModels
 
@@ -159,7 +180,18 @@ def train(msg: Message, context: Context) -> Message:
     cfg, node = _node(msg, context)
     if cfg.method == "gca":
         return _gca_train(msg, context, cfg, node)
+    if cfg.method == "single":
+        return _single_train(msg, context, cfg, node)
     return _local_train(msg, context, cfg, node)
+
+
+def _single_train(msg: Message, context: Context, cfg, node) -> Message:
+    """Single-Client: this round's local epochs on the client's own model; the reply carries no data."""
+    clients, part = _clients(context, cfg, node), torch.ones(1, dtype=torch.bool)
+    local_training(clients, _shards(node), cfg.seed, _round(msg), cfg.local_epochs, part, cfg.batch_size,
+                   client_ids=[node.client_id])
+    _save(context, clients)
+    return _reply(msg)
 
 
 def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
@@ -211,9 +243,7 @@ def _local_train(msg: Message, context: Context, cfg, node) -> Message:
     global_params = model_state(numpy_dict(msg.content[ARRAYS]))
     clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
     clients.set_all(global_params)  # download θ^(r); Adam state is the client's own, kept across rounds
-    extra = None
-    if cfg.method == "fedprox" and cfg.fedprox_coef:
-        extra = lambda: cfg.fedprox_coef * fedprox.proximal_term(clients.params, global_params)  # noqa: E731
+    extra = client_loss_term(cfg, clients, global_params)
     local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra,
                     client_ids=[node.client_id])
     _save(context, clients)
@@ -236,10 +266,10 @@ def _pending(context: Context, r: int) -> dict:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Metrics of this client's deployed model (GCA: its own; baselines: the global model in the message)."""
+    """Metrics of this client's deployed model (GCA, Single: its own; parameter sharing: the global model sent)."""
     cfg, node = _node(msg, context)
     r = _round(msg)
-    if cfg.method == "gca":
+    if ARRAYS not in msg.content:
         clients = _clients(context, cfg, node)
     else:
         clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])

@@ -23,7 +23,6 @@ import traceback
 from uuid import uuid4
 
 import torch
-
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode

@@ -12,7 +12,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedgca.flower.config import parse_run_config
-from fedgca.flower.server import run_server
+from fedgca.flower.rounds import run_server
 
 
 def make_server_app(defaults: dict | None = None) -> ServerApp:

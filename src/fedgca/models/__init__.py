@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from fedgca import seeding
-
 from fedgca.models.tabular import TabularAE, tabular_param_count
 
 __all__ = ["TabularAE", "tabular_param_count", "param_count", "build_model", "init_model"]

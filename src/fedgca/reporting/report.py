@@ -31,289 +31,53 @@ validation-selected round). Outputs in ``DIR/report/``: ``report.md``,
 from __future__ import annotations
 
 import csv
-import dataclasses
-import io
-import json
 import logging
-import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedgca import methods
-from fedgca.config import DATASET_PRESETS, K_GRID, METHODS, RunConfig
 from fedgca.protocol.gca import upload_size
 from fedgca.reporting import tables
+from fedgca.reporting.groups import (  # noqa: F401 — the report's vocabulary, re-exported
+    AXES,
+    BACKEND_LABELS,
+    BACKEND_ORDER,
+    DATASET_ORDER,
+    METHOD_ORDER,
+    METRIC_TEXT,
+    PROTOCOL_TEXT,
+    PROTOCOLS,
+    REPORT_DIR,
+    SETTING_FIELDS,
+    Column,
+    Group,
+    Run,
+    _backend_rank,
+    _config_of,
+    _variant_labels,
+    comparison_columns,
+    group_runs,
+    k_star,
+    load_attacks,
+    load_runs,
+    partition_of,
+    setting_of,
+    variant_of,
+)
+from fedgca.reporting.render import (
+    Table,
+    csv_table,
+    md_table,
+    tex_escape,
+    tex_table,
+    tidy_cells,
+)
 
 log = logging.getLogger("fedgca")
 
-REPORT_DIR = "report"
-PROTOCOLS = ("peak", "final", "selected")
-PROTOCOL_TEXT = {
-    "peak": "paper (peak) — per seed, the highest test accuracy over the paper's evaluation points "
-            "(GCA after every reconstruction epoch, baselines after every round); uses test labels",
-    "final": "final — the models after the last round",
-    "selected": "validation-selected — the round with the lowest mean validation reconstruction error; "
-                "no test labels",
-}
-METRIC_TEXT = {"accuracy": "Accuracy (%)", "auroc": "AUROC (%)", "auprc": "AUPRC (%)"}
-BACKEND_LABELS = {"gmm": "GMM", "kmeans": "K-means", "softkmeans": "Soft K-means", "minibatch": "Mini-batch K-means"}
-BACKEND_ORDER = ("gmm", "kmeans", "softkmeans", "minibatch")
-METHOD_ORDER = METHODS  # the registry's table order
-DATASET_ORDER = tuple(DATASET_PRESETS)
-
-# Options every method reads: they define a *setting*; runs of different settings are never pooled.
-SETTING_FIELDS = ("rounds", "clients", "participation", "batch_size", "lr", "lr_step", "lr_gamma", "quantile",
-                  "val_fraction")
-AXES = {"dataset", "method", "seed", "partition", "alpha", "backend", "weights", "k"}
-
-
-# --------------------------------------------------------------------------- loading
-
-
-@dataclass
-class Run:
-    summary: dict
-    config: RunConfig  # canonical
-    path: Path  # the run directory
-
-    @property
-    def key(self) -> str:
-        return self.config.key()
-
-
-def _config_of(summary: dict, run_path: Path) -> RunConfig:
-    from fedgca.experiments.sweep import canonical
-
-    cfg_file = run_path / "config.json"
-    if cfg_file.exists():
-        cfg = RunConfig.from_dict(json.loads(cfg_file.read_text()))
-    else:  # rebuilt from what summary.json records
-        names = {f.name for f in dataclasses.fields(RunConfig)}
-        cfg = RunConfig(**{k: v for k, v in summary.items() if k in names and not isinstance(v, dict)})
-    return canonical(cfg)
-
-
-def load_runs(root, exclude: Path | None = None) -> tuple[list[Run], list[str]]:
-    """Every finished run under ``root`` (each config once) and notes on what was skipped."""
-    root = Path(root)
-    runs, seen, notes = [], {}, []
-    for p in sorted(root.rglob("summary.json")):
-        if exclude is not None and exclude in p.parents:
-            continue
-        try:
-            summary = json.loads(p.read_text())
-            run = Run(summary, _config_of(summary, p.parent), p.parent)
-        except (ValueError, TypeError, KeyError) as err:
-            notes.append(f"skipped {p}: {err}")
-            continue
-        if run.key in seen:
-            notes.append(f"duplicate of {seen[run.key]} ignored: {p.parent}")
-            continue
-        seen[run.key] = p.parent
-        runs.append(run)
-    return runs, notes
-
-
-def load_attacks(root, exclude: Path | None = None) -> list[dict]:
-    out, seen = [], set()
-    for p in sorted(Path(root).rglob("attack.json")):
-        if exclude is not None and exclude in p.parents:
-            continue
-        try:
-            doc = json.loads(p.read_text())
-        except ValueError:
-            continue
-        for rec in doc if isinstance(doc, list) else [doc]:
-            if not all(k in rec for k in ("method", "dataset", "seed", "ntmse", "delta_cos")):
-                continue
-            ident = (rec["dataset"], rec["method"], rec["seed"], rec.get("victim", 0), rec.get("partition", "iid"),
-                     rec.get("k"))
-            if ident not in seen:
-                seen.add(ident)
-                out.append(rec)
-    return out
-
-
-# --------------------------------------------------------------------------- grouping
-
-
-def setting_of(cfg: RunConfig) -> tuple:
-    values = []
-    for f in SETTING_FIELDS:
-        v = getattr(cfg, f)
-        if f == "clients" and v == DATASET_PRESETS[cfg.dataset]["clients"]:
-            v = "preset"
-        values.append((f, v))
-    return tuple(values)
-
-
-def partition_of(cfg: RunConfig) -> str:
-    return "iid" if cfg.partition == "iid" else f"dirichlet(alpha={cfg.alpha:g})"
-
-
-def variant_of(cfg: RunConfig) -> tuple:
-    """The method's own options other than the axes (e.g. GCA's epochs, DP-FedAvg's σ)."""
-    d = cfg.to_dict()
-    preset = DATASET_PRESETS[cfg.dataset]
-    own = sorted(methods.get(cfg.method).options - set(SETTING_FIELDS) - AXES)
-    # a dataset's own preset (e.g. ρ = 0.5 on academic, 0.25 on magic) is one variant: "preset"
-    return tuple((f, "preset" if f in preset and d[f] == preset[f] else d[f]) for f in own)
-
-
-@dataclass
-class Group:
-    dataset: str
-    method: str
-    partition: str
-    variant: tuple
-    backend: str | None
-    weights: str | None
-    k: int | None
-    runs: list[Run] = field(default_factory=list)
-
-    def values(self, protocol: str, metric: str) -> list[float]:
-        return [r.summary[protocol][metric] for r in self.runs]
-
-    def cell(self, protocol: str, metric: str) -> tuple[float, float, int]:
-        return tables.mean_std(self.values(protocol, metric))
-
-    def exact_mean(self, protocol: str = "peak", metric: str = "accuracy") -> float:
-        v = [x for x in self.values(protocol, metric) if x is not None and math.isfinite(x)]
-        return math.fsum(v) / len(v) if v else float("nan")
-
-    @property
-    def seeds(self) -> list[int]:
-        return sorted(r.config.seed for r in self.runs)
-
-
-def group_runs(runs: list[Run]) -> dict[tuple, list[Group]]:
-    """setting → groups (one per config minus seed)."""
-    by: dict[tuple, dict[tuple, Group]] = defaultdict(dict)
-    for run in runs:
-        c = run.config
-        gca = c.method == "gca"
-        gkey = (c.dataset, c.method, partition_of(c), variant_of(c), c.backend if gca else None,
-                c.weights if gca else None, c.k if gca else None)
-        grp = by[setting_of(c)].setdefault(gkey, Group(*gkey))
-        grp.runs.append(run)
-    return {s: list(g.values()) for s, g in by.items()}
-
-
-def k_star(groups: list[Group]) -> Group | None:
-    """SPEC §5 rule: the K ∈ {10, 20, 40, 80} with the highest mean peak accuracy; exact ties → smaller K.
-
-    ``groups`` are one backend's runs at different K (same everything else).
-    When none of them is at a grid K, every K present is a candidate.
-    """
-    cands = [g for g in groups if g.k in K_GRID] or list(groups)
-    best = None
-    for g in sorted(cands, key=lambda g: g.k):
-        m = g.exact_mean("peak", "accuracy")
-        if math.isfinite(m) and (best is None or m > best[0]):  # strictly greater: ties keep the smaller K
-            best = (m, g)
-    return best[1] if best else None
-
-
-def _variant_labels(groups: list[Group]) -> dict[tuple, str]:
-    """A short suffix for each variant of one method: only the options that differ between its variants."""
-    variants = sorted({g.variant for g in groups}, key=str)
-    if len(variants) <= 1:
-        return {v: "" for v in variants}
-    fields_ = [f for f, _ in variants[0]]
-    differing = [i for i, f in enumerate(fields_) if len({v[i][1] for v in variants}) > 1]
-    return {v: " (" + ", ".join(f"{v[i][0]}={v[i][1]}" for i in differing) + ")" for v in variants}
-
-
-@dataclass
-class Column:
-    label: str
-    method: str
-    cells: dict[str, Group]  # dataset → group
-    note: str = ""
-
-
-def comparison_columns(groups: list[Group], partition: str) -> list[Column]:
-    """Baselines as they are; GCA per backend (and variant) at its K* with inverse weights."""
-    gs = [g for g in groups if g.partition == partition]
-    cols: list[Column] = []
-    for method in METHOD_ORDER:
-        mg = [g for g in gs if g.method == method]
-        if not mg:
-            continue
-        labels = _variant_labels(mg)
-        if method != "gca":
-            for variant, suffix in labels.items():
-                cells = {g.dataset: g for g in mg if g.variant == variant}
-                cols.append(Column(tables.METHOD_LABELS[method] + suffix, method, cells))
-            continue
-        inv = [g for g in mg if g.weights == "inverse"] or mg
-        for backend in sorted({g.backend for g in inv}, key=_backend_rank):
-            for variant, suffix in labels.items():
-                cells, picks = {}, []
-                for ds in sorted({g.dataset for g in inv}, key=_dataset_rank):
-                    cand = [g for g in inv if g.backend == backend and g.variant == variant and g.dataset == ds]
-                    best = k_star(cand) if cand else None
-                    if best is not None:
-                        cells[ds] = best
-                        picks.append(f"{ds} K={best.k}")
-                if cells:
-                    label = f"GCA-{BACKEND_LABELS.get(backend, backend)}{suffix}"
-                    w = "" if inv[0].weights == "inverse" else f", {inv[0].weights} weights"
-                    cols.append(Column(label, "gca", cells, f"{label}: K* ({'; '.join(picks)}){w}"))
-    return cols
-
-
-def _backend_rank(b):
-    return BACKEND_ORDER.index(b) if b in BACKEND_ORDER else len(BACKEND_ORDER)
-
-
-_dataset_rank = tables.dataset_rank
-
-
 # --------------------------------------------------------------------------- tables
-
-
-@dataclass
-class Table:
-    id: str
-    title: str
-    protocol: str  # "peak" | "final" | "selected" | "attack" | "comm"
-    head: list[str]
-    rows: list[list]  # cells: str, or (mean, std, n)
-    label_cols: int = 1
-    scale: float = 100.0
-    digits: int = 2
-    notes: list[str] = field(default_factory=list)
-
-    def seed_counts(self) -> set[int]:
-        return {c[2] for r in self.rows for c in r if isinstance(c, tuple) and c[2] > 0}
-
-    def grid(self) -> list[list[str]]:
-        n_max = max(self.seed_counts() or {0})
-        out = []
-        for row in self.rows:
-            cells = []
-            for c in row:
-                if isinstance(c, tuple):
-                    s = tables.fmt(c, scale=self.scale, digits=self.digits)
-                    if 1 < c[2] < n_max:  # one seed already says "(1 seed)"
-                        s += f" (n={c[2]})"
-                    cells.append(s)
-                else:
-                    cells.append("—" if c is None else str(c))
-            out.append(cells)
-        return out
-
-    def caption(self) -> str:
-        ns = sorted(self.seed_counts())
-        seeds = ""
-        if ns:
-            seeds = (f" Mean ± sample std over {ns[0]} seed{'s' if ns[0] != 1 else ''} per cell." if len(ns) == 1
-                     else f" Mean ± sample std over seeds ({'/'.join(map(str, ns))} per cell; fewer than "
-                          f"{ns[-1]} marked n=).")
-        return self.title + "." + seeds + "".join(" " + n for n in self.notes)
 
 
 def protocol_note(protocol: str, setting: tuple) -> str:
@@ -327,7 +91,7 @@ def comparison_tables(groups, setting, partition: str, tag: str, heading: str) -
     cols = comparison_columns(groups, partition)
     if not cols:
         return []
-    datasets = sorted({d for c in cols for d in c.cells}, key=_dataset_rank)
+    datasets = sorted({d for c in cols for d in c.cells}, key=tables.dataset_rank)
     notes = [c.note for c in cols if c.note]
     out = []
     for protocol, metric in (("peak", "accuracy"), ("final", "accuracy"), ("selected", "accuracy"),
@@ -359,7 +123,7 @@ def k_tables(groups, setting, partition: str, tag: str, heading: str) -> list[Ta
         return []  # no K sweep here: the comparison captions name the K used
     labels = _variant_labels([g for gs in fam.values() for g in gs])
     ks = sorted({g.k for gs in fam.values() for g in gs})
-    order = sorted(fam, key=lambda f: (_dataset_rank(f[0]), _backend_rank(f[1]), str(f[2])))
+    order = sorted(fam, key=lambda f: (tables.dataset_rank(f[0]), _backend_rank(f[1]), str(f[2])))
     out = []
     for protocol in ("peak", "final"):
         rows = []
@@ -388,7 +152,7 @@ def weight_tables(groups, setting, partition: str, tag: str, heading: str) -> li
     out = []
     for protocol in ("peak", "final"):
         rows = []
-        for f in sorted(fams, key=lambda f: (_dataset_rank(f[0]), _backend_rank(f[1]), str(f[2]))):
+        for f in sorted(fams, key=lambda f: (tables.dataset_rank(f[0]), _backend_rank(f[1]), str(f[2]))):
             best = k_star(inv[f])
             if best is None:
                 continue
@@ -415,7 +179,7 @@ def attack_tables(attacks: list[dict]) -> list[Table]:
             cells[row][a["method"]][m].append(float(a[m]))
     methods = [m for m in METHOD_ORDER if any(m in c for c in cells.values())]
     methods += sorted({m for c in cells.values() for m in c} - set(methods))
-    rows_sorted = sorted(cells, key=_dataset_rank)
+    rows_sorted = sorted(cells, key=tables.dataset_rank)
     out = []
     for metric, title in (("ntmse", "NTMSE (higher = less leakage)"), ("delta_cos", "Δcos (lower = less leakage)")):
         rows = [[r] + [tables.mean_std(cells[r][m][metric]) if m in cells[r] else None for m in methods]
@@ -435,7 +199,7 @@ def comm_tables(runs: list[Run]) -> tuple[list[Table], list[dict], list[str]]:
     for r in runs:
         by_ds[r.config.dataset].append(r)
     rows, checks = [], []
-    for ds in sorted(by_ds, key=_dataset_rank):
+    for ds in sorted(by_ds, key=tables.dataset_rank):
         # the reference run: IID, no validation split, GCA first (its ρ is the one that matters)
         rs = sorted(by_ds[ds], key=lambda r: (r.config.partition != "iid", r.config.val_fraction != 0,
                                               r.config.method != "gca", r.config.seed))
@@ -533,71 +297,6 @@ def _round_accuracy(path: Path) -> list[tuple[int, float]]:
         return [(int(r["round"]), float(r["accuracy"])) for r in csv.DictReader(f) if r.get("phase") == "round"]
 
 
-# --------------------------------------------------------------------------- rendering
-
-
-def md_table(t: Table) -> str:
-    head, body = t.head, t.grid()
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n"
-
-
-def csv_table(t: Table) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(t.head)
-    w.writerows(t.grid())
-    return buf.getvalue()
-
-
-_TEX_MAP = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$", "Δ": r"$\Delta$",
-            "ρ": r"$\rho$", "α": r"$\alpha$", "μ": r"$\mu$", "σ": r"$\sigma$", "∈": r"$\in$", "Σ": r"$\Sigma$",
-            "⌊": r"$\lfloor$", "⌋": r"$\rfloor$", "·": r"$\cdot$", "−": "--", "—": "---", "≤": r"$\le$",
-            "×": r"$\times$", "→": r"$\to$", "≥": r"$\ge$", "ε": r"$\varepsilon$", "§": r"\S{}",
-            "γ": r"$\gamma$", "φ": r"$\varphi$", "β": r"$\beta$", "’": "'", "“": "``", "”": "''"}
-_TEX_TOKEN = re.compile(r"K\*|\d\^\d+|[" + re.escape("".join(_TEX_MAP)) + "]")
-
-
-def _tex_token(m: re.Match) -> str:
-    t = m.group(0)
-    if t == "K*":
-        return r"$K^*$"
-    if "^" in t and len(t) > 1:
-        base, exp = t.split("^")
-        return f"${base}^{{{exp}}}$"
-    return _TEX_MAP[t]
-
-
-def tex_escape(s) -> str:
-    """Plain text (with ±, Δ, K*, 2^20 ...) as LaTeX."""
-    return _TEX_TOKEN.sub(_tex_token, str(s))
-
-
-def tex_table(t: Table) -> str:
-    cols = "l" * t.label_cols + "r" * (len(t.head) - t.label_cols)
-    lines = [r"\begin{table}[ht]", r"\centering", r"\small", r"\caption{" + tex_escape(t.caption()) + "}",
-             r"\label{tab:" + t.id.replace("_", "-") + "}", r"\begin{adjustbox}{max width=\linewidth}",
-             r"\begin{tabular}{" + cols + "}", r"\toprule", " & ".join(tex_escape(h) for h in t.head) + r" \\",
-             r"\midrule"]
-    lines += [" & ".join(tex_escape(c) for c in row) + r" \\" for row in t.grid()]
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{adjustbox}", r"\end{table}", ""]
-    return "\n".join(lines)
-
-
-def tidy_cells(ts: list[Table]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["table", "protocol", "row", "column", "mean", "std", "n"])
-    for t in ts:
-        for row in t.rows:
-            label = " / ".join(str(c) for c in row[: t.label_cols])
-            for h, c in zip(t.head[t.label_cols:], row[t.label_cols:]):
-                if isinstance(c, tuple):
-                    w.writerow([t.id, t.protocol, label, h, c[0], c[1], c[2]])
-    return buf.getvalue()
-
-
 # --------------------------------------------------------------------------- the report
 
 
@@ -682,9 +381,10 @@ def write_report(root, out=None, plots: bool = True) -> dict[str, Path]:
 
         images = P.make_plots(out, data)
 
-    md = _markdown(root, data, images)
+    label = _label(root)
+    md = _markdown(label, data, images)
     (out / "report.md").write_text(md)
-    (out / "report.tex").write_text(_latex(root, data, images))
+    (out / "report.tex").write_text(_latex(label, data, images))
     return {"md": out / "report.md", "tex": out / "report.tex", "dir": out, "images": images}
 
 
@@ -695,7 +395,16 @@ def _write_dicts(path: Path, rows: list[dict], fields: list[str]) -> None:
         w.writerows(rows)
 
 
-def _markdown(root: Path, data: dict, images: list[Path]) -> str:
+def _label(root: Path) -> str:
+    """How a report names its directory: relative to the working directory when inside it, else its name
+    (a report holds no machine's absolute paths)."""
+    try:
+        return Path(root).resolve().relative_to(Path.cwd().resolve()).as_posix() or "."
+    except ValueError:
+        return Path(root).resolve().name
+
+
+def _markdown(root: str, data: dict, images: list[Path]) -> str:
     runs = data["runs"]
     lines = [f"# fedgca report: {root}", "",
              f"{len(runs)} finished runs ({len({(r.config.dataset, r.config.method) for r in runs})} dataset × method "
@@ -715,7 +424,7 @@ def _markdown(root: Path, data: dict, images: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def _latex(root: Path, data: dict, images: list[Path]) -> str:
+def _latex(root: str, data: dict, images: list[Path]) -> str:
     parts = [r"\documentclass{article}", r"\usepackage[margin=2cm]{geometry}", r"\usepackage{booktabs}",
              r"\usepackage{graphicx}", r"\usepackage{adjustbox}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
              r"\begin{document}", r"\section*{fedgca report}",

@@ -54,25 +54,13 @@ def fmt(cell, scale: float = 100.0, digits: int = 2) -> str:
     return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
 
 
-def render(table: dict, columns: list[str], fmt_kw=None, style: str = "md", corner: str = "dataset",
-           labels: dict | None = None) -> str:
-    """One row per table key, one column per ``columns`` entry."""
-    fmt_kw = fmt_kw or {}
-    labels = labels or METHOD_LABELS
-    head = [corner] + [labels.get(c, str(c)) for c in columns]
-    body = [[str(r)] + [fmt(table[r][c], **fmt_kw) if c in table[r] else "—" for c in columns] for r in table]
-    if style == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(head)
-        w.writerows(body)
-        return buf.getvalue()
-    if style == "latex":
-        lines = [r"\begin{tabular}{l" + "c" * len(columns) + "}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
-        lines += [" & ".join(row).replace("±", r"$\pm$") + r" \\" for row in body]
-        return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body]) + "\n"
+def pivot_rows(summaries: list[dict], protocol: str, metric: str, columns: list[str],
+               corner: str = "dataset") -> tuple[list[str], list[list[str]]]:
+    """A pivot as printable rows: one per dataset, one formatted cell per method column."""
+    table = pivot(summaries, protocol, metric)
+    head = [corner] + [METHOD_LABELS.get(c, str(c)) for c in columns]
+    body = [[str(r)] + [fmt(table[r][c]) if c in table[r] else "—" for c in columns] for r in table]
+    return head, body
 
 
 def raw_csv(summaries: list[dict]) -> str:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedgca import seeding
-from fedgca.protocol import dpfedavg, fedavg, fednova, fedprox
+from fedgca.protocol import dpfedavg, server_rules
 from fedgca.protocol.sampling import num_participants
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
-from fedgca.training.local import local_training
+from fedgca.training.local import client_loss_term, local_training
 from fedgca.training.loop import ClientShards
 
 
@@ -58,18 +57,17 @@ class FedAvgSimulation(SimMethod):
         self.last_upload = {k: torch.zeros_like(v.detach()) for k, v in fed.clients.params.items()}
         self.last_upload_round = [-1] * fed.num_clients
 
-    # -- hooks the variants override --
-    def client_loss_term(self):
-        return None
-
+    # -- the hook the variants override --
     def server_rule(self, r: int, stacked, sizes):
-        return fedavg.aggregate(self.global_params, stacked, sizes)
+        new, _ = server_rules.aggregate(self.fed.cfg.method, r, self.global_params, stacked, sizes,
+                                        server_rules.RuleOptions.of(self.fed.cfg))
+        return new
 
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed, cfg = self.fed, self.fed.cfg
         fed.clients.set_all(self.global_params, part)  # download θ^(r)
         local_training(fed.clients, fed.shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size,
-                        self.client_loss_term())
+                       client_loss_term(cfg, fed.clients, self.global_params))
         idx = torch.nonzero(part).flatten()
         uploads = {k: v.detach()[idx].clone() for k, v in fed.clients.params.items()}  # what each client sends
         for k, v in uploads.items():
@@ -98,18 +96,11 @@ class FedAvgSimulation(SimMethod):
 
 
 class FedProxSimulation(FedAvgSimulation):
-    def client_loss_term(self):
-        coef = self.fed.cfg.fedprox_coef
-        params, global_params = self.fed.clients.params, self.global_params
-        if coef == 0:
-            return None
-        return lambda: coef * fedprox.proximal_term(params, global_params)
+    """FedAvg's round; the client adds the proximal term (``fedgca.training.local.client_loss_term``)."""
 
 
 class FedNovaSimulation(FedAvgSimulation):
-    def server_rule(self, r, stacked, sizes):
-        tau = fednova.local_steps(sizes, self.fed.cfg.local_epochs, self.fed.cfg.batch_size)
-        return fednova.aggregate(self.global_params, stacked, sizes, tau)
+    """FedAvg's round with FedNova's server rule (``fedgca.protocol.server_rules``)."""
 
 
 class DPFedAvgSimulation(FedAvgSimulation):
@@ -118,10 +109,8 @@ class DPFedAvgSimulation(FedAvgSimulation):
         self.clip_norms: list[list[float]] = []
 
     def server_rule(self, r, stacked, sizes):
-        cfg = self.fed.cfg
-        gen = torch.Generator().manual_seed(seeding.int_seed(cfg.seed, "dp-noise", r))
-        new, norms = dpfedavg.aggregate(self.global_params, stacked, sizes, clip=cfg.dp_clip,
-                                        sigma=cfg.dp_sigma, generator=gen)
+        new, norms = server_rules.aggregate("dpfedavg", r, self.global_params, stacked, sizes,
+                                            server_rules.RuleOptions.of(self.fed.cfg))
         self.clip_norms.append(norms.tolist())
         return new
 

@@ -8,8 +8,8 @@ import torch
 
 from fedgca.config import RunConfig
 from fedgca.data import load_dataset
-from fedgca.data.partition import partition_rows, split_validation
 from fedgca.data.dataset import FederatedDataset
+from fedgca.data.partition import partition_rows, split_validation
 from fedgca.models import init_model
 from fedgca.protocol import sampling
 from fedgca.training.loop import ClientShards

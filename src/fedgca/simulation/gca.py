@@ -5,9 +5,9 @@ import torch
 
 from fedgca import seeding
 from fedgca.protocol import gca
-from fedgca.training import gca as gca_training
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
+from fedgca.training import gca as gca_training
 
 
 class GCASimulation(SimMethod):

@@ -7,18 +7,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from fedgca import methods, rundir
+from fedgca import methods, rundir, runrecord
 from fedgca.config import RunConfig
-from fedgca.evaluation.metrics import evaluate_clients, shard_scores
-from fedgca.simulation.federation import Federation, build_federation
-from fedgca.simulation.registry import method_class
-from fedgca.simulation.reporting import summarise
 from fedgca.detector import save_client_detectors
+from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 from fedgca.protocol.gca import upload_size
 from fedgca.protocol.sampling import num_participants
 from fedgca.rundir import CHECKPOINT, RunFileError
+from fedgca.simulation.federation import Federation, build_federation
+from fedgca.simulation.registry import method_class
+from fedgca.simulation.reporting import summarise
 
 log = logging.getLogger("fedgca")
 
@@ -124,15 +122,10 @@ def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
     clients = method.deployed_clients()
     shards = method.deployed_shards() if hasattr(method, "deployed_shards") else fed.shards
     res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, fed.cfg.quantile)
-    val_error = float("nan")
-    if fed.val_shards is not None:
-        val_error = float(np.mean([s.mean() for s in shard_scores(clients, fed.val_shards)]))
-    return {
-        "round": r + 1, "phase": phase, "epoch": epoch + 1 if epoch >= 0 else "",
-        "accuracy": res["accuracy"], "auroc": res["auroc"], "auprc": res["auprc"],
-        "train_error": res["train_error"], "val_error": val_error,
-        "paper": int(phase == methods.get(fed.cfg.method).paper_phase), "per_client": res["per_client"],
-    }
+    per_client = dict(res["per_client"])
+    per_client["val_error"] = ([float(s.mean()) for s in shard_scores(clients, fed.val_shards)]
+                               if fed.val_shards is not None else [float("nan")])
+    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.get(fed.cfg.method).paper_phase)
 
 
 def _check_existing(out: Path, cfg: RunConfig, resume: bool) -> None:

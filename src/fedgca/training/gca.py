@@ -11,7 +11,12 @@ import torch
 from torch import Tensor
 
 from fedgca.protocol.clustering import ClusterSummary
-from fedgca.protocol.gca import GCAConfig, alignment_per_row, alignment_weights, sample_upload
+from fedgca.protocol.gca import (
+    GCAConfig,
+    alignment_per_row,
+    alignment_weights,
+    sample_upload,
+)
 from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
 from fedgca.training.loop import ClientShards, LossFn, run_epoch
 from fedgca.training.stacked import StackedModels

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from fedgca import seeding
+from fedgca.protocol import fedprox
 from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
 from fedgca.training.loop import ClientShards, run_epoch
 from fedgca.training.stacked import StackedModels
@@ -26,3 +27,11 @@ def local_training(clients: StackedModels, shards: ClientShards, seed: int, r: i
     for e in range(epochs):
         run_epoch(clients, shards, seeding.client_rngs(seed, "local", (r, e), ids), batch_size, loss,
                   list(clients.params), part)
+
+
+def client_loss_term(cfg, clients: StackedModels, global_params: dict[str, torch.Tensor]):
+    """What a parameter-sharing client adds to L_recon this round: FedProx's c·||θ_i − θ^(r)||², else nothing."""
+    if cfg.method != "fedprox" or not cfg.fedprox_coef:
+        return None
+    coef, params = cfg.fedprox_coef, clients.params
+    return lambda: coef * fedprox.proximal_term(params, global_params)

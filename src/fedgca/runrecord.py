@@ -1,0 +1,61 @@
+"""One run record for both drivers: the metric rows and summary.json.
+
+The in-process simulator (``fedgca.simulation.runner``) and the Flower
+ServerApp (``fedgca.flower.server``) build every metrics.csv row with
+``metric_row`` and every summary with ``summary``; the files are written by
+``fedgca.rundir``. A Flower federation and the simulator on the same config
+therefore write byte-identical metrics.csv (tested).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fedgca.evaluation.metrics import mean_error
+from fedgca.evaluation.selection import protocol_results
+from fedgca.provenance import code_version
+
+DETECTION = ("accuracy", "auroc", "auprc")
+METRIC_KEYS = (*DETECTION, "train_error", "val_error")
+
+
+def metric_row(r: int, phase: str, epoch: int, per_client: dict[str, list], *, paper_phase: str,
+               client_ids: list[int] | None = None) -> dict:
+    """One evaluation: means over clients of each client's figures (``per_client[key]`` lists, client order)."""
+    ids = {"client_id": list(client_ids)} if client_ids is not None else {}
+    return {
+        "round": r + 1, "phase": phase, "epoch": epoch + 1 if epoch >= 0 else "",
+        **{k: float(np.mean(np.asarray(per_client[k], dtype=np.float64))) for k in DETECTION},
+        **{k: mean_error(per_client[k]) for k in ("train_error", "val_error")},
+        "paper": int(phase == paper_phase),
+        "per_client": {**ids, **{k: [float(v) for v in per_client[k]] for k in DETECTION}},
+    }
+
+
+def per_round(values: list):
+    """A per-round figure: the value if every round had the same, else the mean."""
+    values = list(values) or [0]
+    return values[0] if len(set(values)) == 1 else float(np.mean(values))
+
+
+def summary(cfg, *, clients: int, input_shape, latent_dim: int, param_count: int, client_sizes: list[int],
+            rows: list[dict], comm: list[dict], wall: float, has_validation: bool, extra: dict | None = None) -> dict:
+    """summary.json: the run's identity, its communication, and metrics under each reporting protocol."""
+    s = {
+        "dataset": cfg.dataset, "method": cfg.method, "seed": cfg.seed, "rounds": cfg.rounds, "clients": clients,
+        "k": cfg.k, "rho": cfg.rho, "backend": cfg.backend, "weights": cfg.weights, "partition": cfg.partition,
+        "input_dim": int(math.prod(input_shape)), "input_shape": list(input_shape),
+        "latent_dim": int(latent_dim), "param_count": int(param_count),
+        "client_sizes": [int(n) for n in client_sizes],
+        "uploads_per_round": per_round(c["uploads"] for c in comm),
+        "bytes_up_per_round": per_round(c["bytes_up"] for c in comm),
+        "bytes_down_per_round": per_round(c["bytes_down"] for c in comm),
+        "bytes_total": int(sum(c["bytes_up"] + c["bytes_down"] for c in comm)),
+        "wall_seconds": round(wall, 3),
+        "code": code_version(),  # the code that finished the run (a resumed run may have started on another)
+    }
+    if rows:
+        s.update(protocol_results(rows, has_validation))
+    s.update(extra or {})
+    return s
