@@ -330,7 +330,7 @@ def read_raw(name: str, path: Path | str, *, require_label: bool = True) -> tupl
 # --------------------------------------------------------------------------- preprocessing
 
 
-def _encode(df: pd.DataFrame, columns: list[str], categories: dict[str, list[str]]) -> np.ndarray:
+def encode_columns(df: pd.DataFrame, columns: list[str], categories: dict[str, list[str]]) -> np.ndarray:
     """Integer category codes for categorical columns (unseen -> len(categories)), floats otherwise."""
     out = np.empty((len(df), len(columns)), dtype=np.float64)
     for j, col in enumerate(columns):
@@ -344,27 +344,39 @@ def _encode(df: pd.DataFrame, columns: list[str], categories: dict[str, list[str
     return out
 
 
-def abs_correlation(X: np.ndarray) -> np.ndarray:
-    """|Pearson correlation| between columns; a constant column correlates 0 with everything."""
-    Xc = X - X.mean(axis=0)
-    norms = np.sqrt((Xc**2).sum(axis=0))
-    constant = np.ptp(X, axis=0) == 0  # exact test: no float noise from the centring
-    safe = np.where(constant | (norms == 0), 1.0, norms)
-    C = (Xc.T @ Xc) / np.outer(safe, safe)
+def moments(X: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """(n, column means, centred scatter matrix) of the rows — all the preprocessing fit needs.
+
+    A Flower node shares exactly these (``fedgca.flower.owndata.local_stats``).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    mean = X.mean(axis=0)
+    Xc = X - mean
+    return len(X), mean, Xc.T @ Xc
+
+
+def constant_columns(n: int, mean: np.ndarray, m2: np.ndarray) -> np.ndarray:
+    """Zero-variance columns, up to the float rounding of the moments (one rule, from rows or from aggregates)."""
+    return np.diag(m2) / n <= 1e-12 * np.maximum(1.0, mean**2)
+
+
+def abs_correlation(m2: np.ndarray, constant: np.ndarray) -> np.ndarray:
+    """|Pearson correlation| from a centred scatter matrix; a constant column correlates 0 with everything."""
+    sd = np.sqrt(np.where(constant, 1.0, np.diag(m2)))
+    C = m2 / np.outer(sd, sd)
     C[constant, :] = 0.0
     C[:, constant] = 0.0
     return np.clip(np.abs(C), 0.0, 1.0)
 
 
-def correlation_filter(X: np.ndarray, threshold: float) -> list[int]:
-    """Indices of columns kept by SPEC §4's left-to-right scan.
+def correlation_filter(C: np.ndarray, threshold: float) -> list[int]:
+    """Indices of columns kept by SPEC §4's left-to-right scan over the |correlation| matrix C.
 
     Column j is dropped when |corr(j, i)| > threshold for ANY earlier column i,
     whether or not i itself was dropped (so the result depends only on the
     pairwise matrix, not on the order of previous decisions).
     """
-    C = abs_correlation(X)
-    return [j for j in range(X.shape[1]) if not (C[j, :j] > threshold).any()]
+    return [j for j in range(C.shape[0]) if not (C[j, :j] > threshold).any()]
 
 
 class TabularPreprocessor:
@@ -391,13 +403,15 @@ class TabularPreprocessor:
         categorical = [c for c in columns if not pd.api.types.is_numeric_dtype(df[c])]
         self.columns_ = columns
         self.categories_ = {c: sorted(df[c].astype(str).unique().tolist()) for c in categorical}
-        X = _encode(df, columns, self.categories_)
-        keep = correlation_filter(X, self.corr_threshold)
+        X = encode_columns(df, columns, self.categories_)
+        n, mean, m2 = moments(X)
+        constant = constant_columns(n, mean, m2)
+        keep = correlation_filter(abs_correlation(m2, constant), self.corr_threshold)
         self.kept_columns_ = [columns[j] for j in keep]
         self.dropped_columns_ = [c for c in columns if c not in self.kept_columns_]
         Xk = X[:, keep]
         std = Xk.std(axis=0)
-        std[np.ptp(Xk, axis=0) == 0] = 1.0
+        std[constant[keep]] = 1.0
         self.mean_ = Xk.mean(axis=0)
         self.std_ = std
         return self
@@ -408,7 +422,7 @@ class TabularPreprocessor:
         if missing:
             raise DataError(f"input rows lack column(s) {', '.join(map(repr, missing))}")
         cats = {c: v for c, v in self.categories_.items() if c in self.kept_columns_}
-        X = _encode(df, self.kept_columns_, cats)
+        X = encode_columns(df, self.kept_columns_, cats)
         if not np.isfinite(X).all():
             row = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
             raise DataError(f"input rows: row {row + 1} has a missing or non-finite value")

@@ -49,7 +49,14 @@ import pandas as pd
 
 from fedgca import seeding
 from fedgca.data.paths import DataError
-from fedgca.data.tabular import TabularPreprocessor, _encode
+from fedgca.data.tabular import (
+    TabularPreprocessor,
+    encode_columns,
+    abs_correlation,
+    constant_columns,
+    correlation_filter,
+    moments,
+)
 
 DEFAULT_STATS_MIN_ROWS = 20
 
@@ -189,7 +196,7 @@ def read_rows(path, schema: Schema) -> tuple[pd.DataFrame, np.ndarray | None]:
 
 def encode(X: pd.DataFrame, schema: Schema) -> np.ndarray:
     """Category codes from the schema (unseen → dedicated code), numbers as they are: float64 [n, d]."""
-    return _encode(X, schema.columns, schema.categories)
+    return encode_columns(X, schema.columns, schema.categories)
 
 
 def eval_split(n: int, fraction: float, seed: int, client_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,10 +211,8 @@ def eval_split(n: int, fraction: float, seed: int, client_id: int) -> tuple[np.n
 
 def local_stats(X: np.ndarray) -> dict[str, np.ndarray]:
     """What one node shares: n_i, column means, centred scatter matrix (float64)."""
-    X = np.asarray(X, dtype=np.float64)
-    mean = X.mean(axis=0)
-    Xc = X - mean
-    return {"n": np.array([len(X)], dtype=np.int64), "mean": mean, "m2": Xc.T @ Xc}
+    n, mean, m2 = moments(X)
+    return {"n": np.array([n], dtype=np.int64), "mean": mean, "m2": m2}
 
 
 def pool_stats(stats: list[dict[str, np.ndarray]]) -> tuple[int, np.ndarray, np.ndarray]:
@@ -222,21 +227,14 @@ def fit_from_stats(schema: Schema, stats: list[dict[str, np.ndarray]]) -> Tabula
     """SPEC §4 encoding fitted on the union of the nodes' training rows, from aggregates only.
 
     Same result as ``TabularPreprocessor().fit`` on the pooled rows (up to
-    float rounding): |Pearson correlation| from the pooled scatter matrix, the
-    left-to-right filter of ``fedgca.data.tabular.correlation_filter``,
-    population std (1 for a constant column; a constant column correlates 0).
+    float rounding): the same functions of ``fedgca.data.tabular`` (constant
+    columns, |correlation| from the scatter matrix, the left-to-right filter)
+    applied to the pooled moments; population std (1 for a constant column).
     """
     n, mean, m2 = pool_stats(stats)
-    var = np.diag(m2) / n
-    constant = var <= 1e-12 * np.maximum(1.0, mean**2)
-    sd = np.sqrt(np.where(constant, 1.0, np.diag(m2)))
-    corr = np.abs(m2 / np.outer(sd, sd))
-    corr[constant, :] = 0.0
-    corr[:, constant] = 0.0
-    corr = np.clip(corr, 0.0, 1.0)
-    # the scan of correlation_filter: drop j if it correlates > threshold with ANY earlier column
-    keep = [j for j in range(len(mean)) if not (corr[j, :j] > schema.corr_threshold).any()]
-    std = np.sqrt(var[keep])
+    constant = constant_columns(n, mean, m2)
+    keep = correlation_filter(abs_correlation(m2, constant), schema.corr_threshold)
+    std = np.sqrt(np.diag(m2)[keep] / n)
     std[constant[keep]] = 1.0
     cols = schema.columns
     return TabularPreprocessor.from_dict({

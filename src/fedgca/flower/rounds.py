@@ -47,7 +47,7 @@ def run_gca(server: FlowerServer) -> None:
         t0 = time.perf_counter()
         part = server.participants(r)
         cfgrec = config_record(cfg, round=r, **{"eval-recon-epochs": server.opts.eval_recon_epochs})
-        replies, failures = server.exchange("train", r, [server._message(c.node_id, "train", r, **{CONFIG: cfgrec})
+        replies, failures = server.exchange("train", r, [server.message_to(c.node_id, "train", r, **{CONFIG: cfgrec})
                                                          for c in part])
         accepted: dict[int, np.ndarray] = {}
         rejected: dict[int, str] = {}
@@ -69,7 +69,7 @@ def run_gca(server: FlowerServer) -> None:
             broadcast_k = int(len(payload["counts"]))
             t2 = time.perf_counter()
             targets = [c for c in part if c.client_id in accepted]
-            msgs = [server._message(c.node_id, "train.align", r, **{CONFIG: cfgrec, BROADCAST: array_record(payload)})
+            msgs = [server.message_to(c.node_id, "train.align", r, **{CONFIG: cfgrec, BROADCAST: array_record(payload)})
                     for c in targets]
             bytes_down = sum(payload_bytes(m.content) for m in msgs)
             areplies, align_failures = server.exchange("train.align", r, msgs)
@@ -78,7 +78,7 @@ def run_gca(server: FlowerServer) -> None:
             t2 = t1
             log.warning("round %d: no valid upload; clustering and alignment skipped", r + 1)
         t3 = time.perf_counter()
-        gone = {server._cid(n) for n in (*failures, *align_failures)} | set(rejected)
+        gone = {server.client_id_of(n) for n in (*failures, *align_failures)} | set(rejected)
         evals = server.evaluate(r, [c for c in server.clients if c.client_id not in gone])
         t4 = time.perf_counter()
         server.finish_round(r, server.metric_rows(r, evals, gcfg), {
@@ -90,7 +90,7 @@ def run_gca(server: FlowerServer) -> None:
             "took_part": sorted(accepted),
             "aligned": aligned,
             "evaluated": sorted(evals),
-            "dropped": {str(server._cid(n)): why for n, why in {**failures, **align_failures}.items()},
+            "dropped": {str(server.client_id_of(n)): why for n, why in {**failures, **align_failures}.items()},
             "rejected": {str(k): v for k, v in rejected.items()},
             "broadcast_k": broadcast_k,
             "wall_seconds": round(t4 - t0, 4),
@@ -106,18 +106,18 @@ def run_single(server: FlowerServer) -> dict:
         t0 = time.perf_counter()
         part = server.participants(r)
         cfgrec = config_record(cfg, round=r)
-        replies, failures = server.exchange("train", r, [server._message(c.node_id, "train", r, **{CONFIG: cfgrec})
+        replies, failures = server.exchange("train", r, [server.message_to(c.node_id, "train", r, **{CONFIG: cfgrec})
                                                          for c in part])
         t1 = time.perf_counter()
-        gone = {server._cid(n) for n in failures}
+        gone = {server.client_id_of(n) for n in failures}
         evals = server.evaluate(r, [c for c in server.clients if c.client_id not in gone])
         t2 = time.perf_counter()
         server.finish_round(r, server.metric_rows(r, evals), {
             "round": r + 1, "bytes_up": 0, "bytes_down": 0, "uploads": 0,
             "participants": [c.client_id for c in part],
-            "took_part": sorted(server._cid(n) for n in replies),
+            "took_part": sorted(server.client_id_of(n) for n in replies),
             "evaluated": sorted(evals),
-            "dropped": {str(server._cid(n)): why for n, why in failures.items()},
+            "dropped": {str(server.client_id_of(n)): why for n, why in failures.items()},
             "rejected": {},
             "wall_seconds": round(t2 - t0, 4),
             "phase_seconds": {"train": round(t1 - t0, 4), "evaluate": round(t2 - t1, 4)},
@@ -135,7 +135,7 @@ def run_baseline(server: FlowerServer) -> dict:
         t0 = time.perf_counter()
         part = server.participants(r)
         cfgrec = config_record(cfg, round=r)
-        msgs = [server._message(c.node_id, "train", r, **{ARRAYS: arrays, CONFIG: cfgrec}) for c in part]
+        msgs = [server.message_to(c.node_id, "train", r, **{ARRAYS: arrays, CONFIG: cfgrec}) for c in part]
         bytes_down = sum(payload_bytes(msg.content) for msg in msgs)
         replies, failures = server.exchange("train", r, msgs)
         valid, rejected = [], {}
@@ -161,11 +161,11 @@ def run_baseline(server: FlowerServer) -> dict:
         else:
             log.warning("round %d: no valid model update; the global model is unchanged", r + 1)
         t1 = time.perf_counter()
-        gone = {server._cid(n) for n in failures} | set(rejected)
+        gone = {server.client_id_of(n) for n in failures} | set(rejected)
         targets = [c for c in server.clients if c.client_id not in gone]
         evals = server.evaluate(r, targets, arrays)
         t2 = time.perf_counter()
-        took = sorted(server._cid(v.metadata.src_node_id) for v in valid)
+        took = sorted(server.client_id_of(v.metadata.src_node_id) for v in valid)
         server.finish_round(r, server.metric_rows(r, evals), {
             "round": r + 1,
             "bytes_up": int(sum(payload_bytes(v.content) for v in valid)),
@@ -174,7 +174,7 @@ def run_baseline(server: FlowerServer) -> dict:
             "participants": [c.client_id for c in part],
             "took_part": took,
             "evaluated": sorted(evals),
-            "dropped": {str(server._cid(n)): why for n, why in failures.items()},
+            "dropped": {str(server.client_id_of(n)): why for n, why in failures.items()},
             "rejected": {str(k): v for k, v in rejected.items()},
             "wall_seconds": round(t2 - t0, 4),
             "phase_seconds": {"train": round(t1 - t0, 4), "evaluate": round(t2 - t1, 4)},

@@ -82,12 +82,12 @@ class FlowerServer:
 
     # ------------------------------------------------------------------ messaging
 
-    def _message(self, node_id: int, message_type: str, r: int, **records) -> Message:
+    def message_to(self, node_id: int, message_type: str, r: int, **records) -> Message:
         ttl = self.opts.reply_timeout + 60.0  # a message a node never picked up expires instead of lingering
         return Message(RecordDict(records), dst_node_id=int(node_id), message_type=message_type,
                        group_id=str(r + 1), ttl=ttl)
 
-    def _cid(self, node_id: int):
+    def client_id_of(self, node_id: int):
         return next((c.client_id for c in self.clients if c.node_id == node_id), None)
 
     def exchange(self, phase: str, r: int, messages) -> tuple[dict[int, Message], dict[int, str]]:
@@ -95,7 +95,7 @@ class FlowerServer:
         messages = list(messages)
         for m in messages:
             self.rec.message({"round": r + 1, "phase": phase, "direction": "down", "node_id": m.metadata.dst_node_id,
-                              "client_id": self._cid(m.metadata.dst_node_id), "payload_bytes": payload_bytes(m.content),
+                              "client_id": self.client_id_of(m.metadata.dst_node_id), "payload_bytes": payload_bytes(m.content),
                               "records": describe(m.content)})
         dst = [int(m.metadata.dst_node_id) for m in messages]
         ids = list(self.grid.push_messages(messages)) if messages else []
@@ -124,12 +124,12 @@ class FlowerServer:
             failures[node] = f"no reply within {self.opts.reply_timeout:g} s"
         for node, rep in replies.items():
             self.rec.message({"round": r + 1, "phase": phase, "direction": "up", "node_id": node,
-                              "client_id": self._cid(node), "status": "received",
+                              "client_id": self.client_id_of(node), "status": "received",
                               "payload_bytes": payload_bytes(rep.content), "records": describe(rep.content)})
         for node, why in failures.items():
-            log.warning("round %d %s: dropping node %d (client %s): %s", r + 1, phase, node, self._cid(node), why)
+            log.warning("round %d %s: dropping node %d (client %s): %s", r + 1, phase, node, self.client_id_of(node), why)
             self.rec.message({"round": r + 1, "phase": phase, "direction": "up", "node_id": node,
-                              "client_id": self._cid(node), "status": "dropped", "reason": why})
+                              "client_id": self.client_id_of(node), "status": "dropped", "reason": why})
         return replies, failures
 
     def reject(self, phase: str, r: int, client: Client, why: str) -> None:
@@ -158,7 +158,7 @@ class FlowerServer:
         """Ask every node who it is (and, for own data, fit the preprocessing federatedly)."""
         nodes = self.wait_for_nodes()
         cfgrec = config_record(self.cfg, round=-1)
-        replies, _ = self.exchange("query.info", -1, [self._message(n, "query.info", -1, **{CONFIG: cfgrec})
+        replies, _ = self.exchange("query.info", -1, [self.message_to(n, "query.info", -1, **{CONFIG: cfgrec})
                                                       for n in nodes])
         infos = {n: dict(rep.content[INFO]) for n, rep in replies.items() if INFO in rep.content.config_records}
         sources = {i["source"] for i in infos.values()}
@@ -194,7 +194,7 @@ class FlowerServer:
             log.warning("node %d uses a different schema file (digest %s ≠ %s): excluded", node,
                         infos[node]["schema-digest"], common)
             infos.pop(node)
-        replies, _ = self.exchange("query.stats", -1, [self._message(n, "query.stats", -1, **{CONFIG: cfgrec})
+        replies, _ = self.exchange("query.stats", -1, [self.message_to(n, "query.stats", -1, **{CONFIG: cfgrec})
                                                        for n in infos])
         stats, contributors = [], []
         d = None
@@ -219,7 +219,7 @@ class FlowerServer:
         self.preprocessor = pre.to_dict()
         self.rec.write("preprocessor.json", self.preprocessor)
         setup = ConfigRecord({"json": json.dumps(self.preprocessor)})
-        replies, _ = self.exchange("query.setup", -1, [self._message(n, "query.setup", -1, **{CONFIG: cfgrec, SETUP: setup})
+        replies, _ = self.exchange("query.setup", -1, [self.message_to(n, "query.setup", -1, **{CONFIG: cfgrec, SETUP: setup})
                                                        for n in contributors])
         return {n: dict(rep.content[INFO]) for n, rep in replies.items()}
 
@@ -234,7 +234,7 @@ class FlowerServer:
         """Per-client metrics of the deployed models {client_id: MetricRecord-as-dict} (baselines: ``arrays``)."""
         cfgrec = config_record(self.cfg, round=r)
         records = {CONFIG: cfgrec} if arrays is None else {ARRAYS: arrays, CONFIG: cfgrec}
-        msgs = [self._message(c.node_id, "evaluate", r, **records) for c in targets]
+        msgs = [self.message_to(c.node_id, "evaluate", r, **records) for c in targets]
         replies, _ = self.exchange("evaluate", r, msgs)
         by_node = {c.node_id: c for c in targets}
         out = {}
