@@ -87,6 +87,23 @@ def test_batched_inversion_equals_each_start_alone_and_stopped_starts_stay_put()
     torch.testing.assert_close(batched.x_last[early], shorter.x_last[early], rtol=1e-5, atol=1e-6)
 
 
+def test_inversion_steps_are_torch_adam_steps():
+    """No patience stop, no bounds: the last state is torch.optim.Adam's after max_steps steps on ||x − T(x)||²."""
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        model = TabularAE(4).eval()
+    start = make_starts(1, (4,), seed=7)
+    ours = invert(model, start, lr=1e-2, max_steps=40, patience=10_000, rel_tol=0.0)
+    x = start.clone().requires_grad_(True)
+    opt = torch.optim.Adam([x], lr=1e-2)
+    for _ in range(40):
+        opt.zero_grad()
+        (x - model(x)).pow(2).sum().backward()
+        opt.step()
+    torch.testing.assert_close(ours.x_last, x.detach(), rtol=0, atol=1e-6)
+    assert int(ours.steps[0]) == 40
+
+
 def test_inversion_keeps_best_state_and_reports_its_outputs():
     model = _frozen(TabularAE(3))
     starts = make_starts(8, (3,), seed=300)

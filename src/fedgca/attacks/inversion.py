@@ -12,8 +12,9 @@ T(x*) for every start.
 All S starts run in ONE batched computation. Adam is elementwise and T acts on
 rows independently, so a batched step equals S independent Adam steps; a start
 that has stopped is frozen (its x, Adam moments and step count no longer
-change) and is no longer fed through T. The Adam update is written out by
-hand (same formula and defaults as :class:`torch.optim.Adam`) so the
+change) and is no longer fed through T. Each start is one "client" of the
+engine's ``StackedAdam`` (torch's fused Adam kernel, each start with its own
+step count; bit-identical to a ``torch.optim.Adam`` per start), so the
 per-start freezing is exact.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from fedgca import seeding
+from fedgca.training.stacked import AdamConfig, StackedAdam
 
 N_STARTS = 100
 VISION_BOUNDS = (-1.0, 1.0)
@@ -88,27 +90,6 @@ def _per_start_loss(T: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     return (x - T(x)).pow(2).flatten(1).sum(dim=1)
 
 
-class _MaskedAdam:
-    """Adam on the rows of x, updating only the rows it is given (torch.optim.Adam formula)."""
-
-    def __init__(self, x: Tensor, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
-        self.lr, self.beta1, self.beta2, self.eps = lr, betas[0], betas[1], eps
-        self.m = torch.zeros_like(x)
-        self.v = torch.zeros_like(x)
-        self.t = torch.zeros(len(x), dtype=torch.long, device=x.device)
-
-    def step(self, x: Tensor, idx: Tensor, grad: Tensor) -> None:
-        """In place on x[idx] given the gradient of those rows."""
-        self.t[idx] += 1
-        t = self.t[idx].to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
-        m = self.m[idx].mul_(self.beta1).add_(grad, alpha=1 - self.beta1)
-        v = self.v[idx].mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-        self.m[idx], self.v[idx] = m, v
-        m_hat = m / (1 - self.beta1**t)
-        denom = (v / (1 - self.beta2**t)).sqrt_().add_(self.eps)
-        x[idx] = x[idx] - self.lr * m_hat / denom
-
-
 def invert(
     T: Callable[[Tensor], Tensor],
     starts: Tensor,
@@ -136,7 +117,9 @@ def invert(
     if bounds is not None:
         x.clamp_(*bounds)
     n = len(x)
-    adam = _MaskedAdam(x, lr)
+    # lr never decays here: one StepLR step per "epoch" and no epoch ever ends
+    adam = StackedAdam({"x": x}, AdamConfig(lr=lr))
+    full_grad = torch.zeros_like(x)
     best_x = x.clone()
     best_loss = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
     stale = torch.zeros(n, dtype=torch.long, device=x.device)
@@ -166,13 +149,16 @@ def invert(
             keep = ~stop
             idx, grad = idx[keep], grad[keep]
         if len(idx):
-            adam.step(x, idx, grad)
+            full_grad[idx] = grad
+            mask = torch.zeros(n, dtype=torch.bool)
+            mask[idx] = True
+            adam.step({"x": full_grad}, mask)
             if bounds is not None:
                 x[idx] = x[idx].clamp(*bounds)
 
     with torch.no_grad():
         outputs = T(best_x).detach()
-    return InversionResult(best_x, outputs, best_loss, adam.t.clone(), x)
+    return InversionResult(best_x, outputs, best_loss, adam.step_count["x"].long(), x)
 
 
 def invert_model(
