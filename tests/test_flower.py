@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from flower_hooks import faulty_client_app
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from fedgca.cli.main import main as cli_main
@@ -95,7 +96,7 @@ def test_bad_uploads_are_rejected_and_the_round_completes(tmp_path, data_dir, ca
               7: "inf-codes"}
     cfg = _magic(clients=8, rounds=1, k=10)
     with caplog.at_level(logging.WARNING, logger="fedgca"):
-        s = simulate(cfg, tmp_path, data_dir=data_dir, eval_recon_epochs=False,
+        s = simulate(cfg, tmp_path, data_dir=data_dir, eval_recon_epochs=False, client_app=faulty_client_app(),
                      node_extra={i: {"fault": f} for i, f in faults.items()})
     p = s["participation"][0]
     assert p["sampled"] == list(range(8)) and p["took_part"] == [0]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from flower_hooks import PAUSED_SERVER_APP
 
 from fedgca.config import RunConfig
 from fedgca.flower.config import to_run_config
@@ -29,8 +30,15 @@ def _nodes(data_dir, tmp_path, n=3):
             for i in range(n)]
 
 
-def _app(tmp_path, out, **opts):
-    return write_app(tmp_path / "app", to_run_config(CFG, out_dir=str(out), eval_recon_epochs=False, **opts))
+def _app(tmp_path, out, pause: float = 0.0, **opts):
+    app_dir = tmp_path / "app"
+    server_app = "fedgca.flower.server_app:app"
+    if pause:  # a test-only ServerApp module in the app directory (shipped in the FAB) sleeps between rounds
+        app_dir.mkdir(parents=True, exist_ok=True)
+        (app_dir / "paused_server_app.py").write_text(PAUSED_SERVER_APP.format(pause=pause))
+        server_app = "paused_server_app:app"
+    return write_app(app_dir, to_run_config(CFG, out_dir=str(out), eval_recon_epochs=False, **opts),
+                     server_app=server_app)
 
 
 def _alive(pids) -> list[int]:
@@ -67,7 +75,7 @@ def deployed(tmp_path_factory, data_dir):
     processes) after round 1 finishes. The tests below read what the ServerApp recorded."""
     tmp = tmp_path_factory.mktemp("deploy")
     out = tmp / "out"
-    app = _app(tmp, out, reply_timeout=240.0, round_pause=8.0)
+    app = _app(tmp, out, pause=8.0, reply_timeout=240.0)
     seen: set[int] = set()
     dep = LocalDeployment(tmp / "deploy", _nodes(data_dir, tmp), tls=True)
     victim_tree, after = [], []

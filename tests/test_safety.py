@@ -245,3 +245,17 @@ def test_every_run_option_is_generated_from_runconfig():
     from fedgca.cli.options import config_from_args
 
     assert config_from_args(args) == RunConfig(dataset="magic").resolved()
+
+
+def test_readme_usage_lists_every_run_option():
+    """README's `fedgca run` usage names every option the CLI has, and no option it lacks."""
+    import re
+
+    from fedgca.cli.main import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    usage = readme.split("## Usage", 1)[1].split("fedgca score", 1)[0]
+    listed = set(re.findall(r"--[a-z][a-z-]*", usage))
+    run_parser = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]
+    actual = {o for a in run_parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+    assert listed == actual, (sorted(actual - listed), sorted(listed - actual))

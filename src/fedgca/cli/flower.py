@@ -106,7 +106,7 @@ def cmd_app_dir(args) -> int:
 
 
 def cmd_certs(args) -> int:
-    from fedgca.flower.deploy import make_certificates
+    from fedgca.flower.certs import make_certificates
 
     hosts = tuple(args.host or ("127.0.0.1", "localhost"))
     c = make_certificates(args.dir, hosts, days=args.days)

@@ -12,18 +12,14 @@ Message types handled (see :mod:`fedgca.flower.records` for the layout):
 upload, or a baseline's local training), ``train.align`` (GCA Phase 3),
 ``evaluate``.
 
-Test hook (node config ``fault``, read by nothing but this module): makes a
-GCA client misbehave in its ``train`` reply — ``nan-codes``, ``inf-codes``,
-``wrong-shape``, ``extra-rows``, ``float64``, ``extra-array`` (adds a
-parameter tensor), ``crash`` (raises) or ``sleep:<seconds>``. It exists so
-that the server's rejection paths can be tested end to end; never set it in
-a real federation.
+Its handlers are plain functions (``info``, ``stats``, ``setup``, ``train``,
+``align``, ``evaluate``): another ClientApp can register them with its own
+mods or wrappers (the tests wrap ``train`` to inject faulty uploads).
 """
 from __future__ import annotations
 
 import json
 import logging
-import time
 
 import numpy as np
 import torch
@@ -207,7 +203,7 @@ def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
     codes = gca_training.encode_uploads(clients, shards, seeding.client_rngs(cfg.seed, "upload", (r,), ids), gcfg.rho, part)[0]
     _save(context, clients)
     context.state[STATE_EVALS] = json_record({"round": r, "recon": recon, "align": []})
-    return _reply(msg, **{CODES: _fault(codes, context)})
+    return _reply(msg, **{CODES: array_record({CODES_ARRAY: codes})})
 
 
 @app.train("align")
@@ -281,33 +277,3 @@ def evaluate(msg: Message, context: Context) -> Message:
         for m in ("accuracy", "auroc", "auprc", "train_error", "val_error"):
             values[f"{phase}-{m.replace('_', '-')}"] = [float(e[m]) for e in evals[phase]]
     return _reply(msg, **{METRICS: MetricRecord(values)})
-
-
-# ---------------------------------------------------------------------------- test hook
-
-
-def _fault(codes: np.ndarray, context: Context):
-    """The GCA train reply: one ArrayRecord with one array — unless the ``fault`` test hook says otherwise."""
-    fault = str(context.node_config.get("fault", ""))
-    if fault:
-        log.warning("fault injection %r active on this node (test hook)", fault)
-    if fault == "crash":
-        raise RuntimeError("fault injection: crash")
-    if fault.startswith("sleep:"):
-        time.sleep(float(fault.split(":", 1)[1]))
-    arrays = {CODES_ARRAY: codes}
-    if fault == "nan-codes":
-        arrays[CODES_ARRAY] = codes.copy()
-        arrays[CODES_ARRAY][0, 0] = np.nan
-    elif fault == "inf-codes":
-        arrays[CODES_ARRAY] = codes.copy()
-        arrays[CODES_ARRAY][-1, -1] = np.inf
-    elif fault == "wrong-shape":
-        arrays[CODES_ARRAY] = codes[:, :-1].copy()
-    elif fault == "extra-rows":
-        arrays[CODES_ARRAY] = np.concatenate([codes, codes[:1]])
-    elif fault == "float64":
-        arrays[CODES_ARRAY] = codes.astype(np.float64)
-    elif fault == "extra-array":
-        arrays["decoder.0.weight"] = np.zeros((64, 16), dtype=np.float32)
-    return array_record(arrays)

@@ -20,7 +20,6 @@ FLOWER_DEFAULTS: dict[str, object] = {
     "wait-timeout": 300.0,  # seconds to wait for them
     "reply-timeout": 3600.0,  # seconds a phase waits for replies; a node silent for longer is dropped
     "eval-recon-epochs": True,  # paper protocol: GCA clients also evaluate after every reconstruction epoch
-    "round-pause": 0.0,  # test hook: seconds the server sleeps after each round (lets a test kill a node)
 }
 
 
@@ -31,7 +30,6 @@ class FlowerOptions:
     wait_timeout: float = 300.0
     reply_timeout: float = 3600.0
     eval_recon_epochs: bool = True
-    round_pause: float = 0.0
 
 
 def _dashed(name: str) -> str:
@@ -73,7 +71,6 @@ def parse_run_config(values: dict) -> tuple[RunConfig, FlowerOptions]:
         wait_timeout=float(opts["wait-timeout"]),
         reply_timeout=float(opts["reply-timeout"]),
         eval_recon_epochs=_as_bool(opts["eval-recon-epochs"]),
-        round_pause=float(opts["round-pause"]),
     )
     if not math.isfinite(options.reply_timeout) or options.reply_timeout <= 0:
         raise ValueError("reply-timeout must be a positive number of seconds")

@@ -4,8 +4,7 @@
   ``[tool.flwr.app]``) whose components are ``fedgca.flower.server_app:app``
   and ``fedgca.flower.client_app:app`` and whose ``[tool.flwr.app.config]``
   is a fedgca run config. ``flwr run <dir> <superlink-connection>`` ships it.
-* :func:`make_certificates` creates a CA and a SuperLink certificate for a
-  TLS deployment (the ``cryptography`` package, a Flower dependency).
+* :func:`fedgca.flower.certs.make_certificates` creates the TLS material.
 * :class:`LocalDeployment` starts ``flower-superlink`` and N
   ``flower-supernode`` processes on 127.0.0.1 (telemetry and update checks
   off), submits runs with ``flwr run``, and cleans every process up,
@@ -18,8 +17,6 @@ runtime dependency installation disabled (nothing is fetched at run time).
 """
 from __future__ import annotations
 
-import datetime as _dt
-import ipaddress
 import os
 import shlex
 import signal
@@ -30,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedgca.flower.certs import Certificates, make_certificates
+
 APP_NAME = "fedgca-app"
 SERVER_APP = "fedgca.flower.server_app:app"
 CLIENT_APP = "fedgca.flower.client_app:app"
@@ -39,8 +38,12 @@ CONNECTION = "fedgca-local"
 # ============================================================================ app project
 
 
-def write_app(app_dir, run_config: dict) -> Path:
-    """A Flower App project for fedgca with ``run_config`` as its ``[tool.flwr.app.config]``."""
+def write_app(app_dir, run_config: dict, *, server_app: str = SERVER_APP, client_app: str = CLIENT_APP) -> Path:
+    """A Flower App project for fedgca with ``run_config`` as its ``[tool.flwr.app.config]``.
+
+    ``server_app`` / ``client_app`` ("module:attribute") name other components — e.g. a module in
+    ``app_dir`` that wraps fedgca's apps (Flower ships the directory's ``*.py`` files in the FAB).
+    """
     import tomli_w
 
     app_dir = Path(app_dir)
@@ -54,7 +57,7 @@ def write_app(app_dir, run_config: dict) -> Path:
         },
         "tool": {"hatch": {"build": {"targets": {"wheel": {"packages": ["."]}}}},
                  "flwr": {"app": {"publisher": "fedgca",
-                                  "components": {"serverapp": SERVER_APP, "clientapp": CLIENT_APP},
+                                  "components": {"serverapp": server_app, "clientapp": client_app},
                                   "config": dict(run_config)}}},
     }
     (app_dir / "pyproject.toml").write_text(tomli_w.dumps(project))
@@ -79,70 +82,6 @@ def flwr_connection(flwr_home, name: str, address: str, *, root_certificates: st
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(tomli_w.dumps({"superlink": {"default": name, name: conn}}))
     return home / "config.toml"
-
-
-# ============================================================================ TLS
-
-
-@dataclass
-class Certificates:
-    ca_cert: Path
-    server_cert: Path
-    server_key: Path
-
-
-def make_certificates(out_dir, hosts=("127.0.0.1", "localhost"), days: int = 30) -> Certificates:
-    """A fresh CA and a SuperLink server certificate (SANs = ``hosts``) signed by it."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    now = _dt.datetime.now(_dt.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedgca test CA")])
-    ca_cert = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - _dt.timedelta(minutes=5))
-        .not_valid_after(now + _dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans = []
-    for h in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
-        except ValueError:
-            sans.append(x509.DNSName(h))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    paths = Certificates(out / "ca.crt", out / "server.pem", out / "server.key")
-    paths.ca_cert.write_bytes(ca_cert.public_bytes(pem))
-    paths.server_cert.write_bytes(cert.public_bytes(pem))
-    paths.server_key.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
-    os.chmod(paths.server_key, 0o600)
-    return paths
-
-
-# ============================================================================ commands
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -350,6 +289,16 @@ class LocalDeployment:
             return
         self._stop([proc], sig=sig, grace=0.0)
         self.nodes[i] = None
+
+    def restart_node(self, i: int) -> subprocess.Popen:
+        """Start SuperNode i again (same node config, new process and Runtime API port) after a crash."""
+        if self.nodes[i] is not None and self.nodes[i].poll() is None:
+            raise RuntimeError(f"SuperNode {i} is still running")
+        self._restarts = getattr(self, "_restarts", 0) + 1
+        self.nodes[i] = self._spawn(
+            supernode_command(self.address, free_port(), self.node_configs[i], self.certs.ca_cert if self.certs else None),
+            f"supernode{i}-restart{self._restarts}.log")
+        return self.nodes[i]
 
     def _stop(self, procs, sig: int = signal.SIGTERM, grace: float = 5.0) -> None:
         pids = [p.pid for p in procs if p.poll() is None]

@@ -51,10 +51,10 @@ from fedgca import seeding
 from fedgca.data.paths import DataError
 from fedgca.data.tabular import (
     TabularPreprocessor,
-    encode_columns,
     abs_correlation,
     constant_columns,
     correlation_filter,
+    encode_columns,
     moments,
 )
 

@@ -24,6 +24,7 @@ per finished round, written as it finishes), ``comm.json``, ``metrics.csv``,
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -79,6 +80,9 @@ class FlowerServer:
         self.rows: list[dict] = []
         self.comm: list[dict] = []
         self.template = None
+        self.preprocessor: dict | None = None
+        self._seen_nodes: set[int] = set()  # every node asked to register (so none is asked twice)
+        self._rejoined: dict[int, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ messaging
 
@@ -157,6 +161,7 @@ class FlowerServer:
     def register(self) -> None:
         """Ask every node who it is (and, for own data, fit the preprocessing federatedly)."""
         nodes = self.wait_for_nodes()
+        self._seen_nodes.update(nodes)
         cfgrec = config_record(self.cfg, round=-1)
         replies, _ = self.exchange("query.info", -1, [self.message_to(n, "query.info", -1, **{CONFIG: cfgrec})
                                                       for n in nodes])
@@ -225,8 +230,53 @@ class FlowerServer:
 
     # ------------------------------------------------------------------ rounds
 
+    def rejoin(self, r: int) -> dict[int, int]:
+        """Let restarted SuperNodes take their client's place: {client id: new node id}.
+
+        A node that connected after registration and claims a registered client id (with the same
+        row count and input shape) replaces that client's old node from this round on. Its
+        ClientApp state did not survive the restart: a GCA client starts again from its initial
+        model, a baseline client with a fresh Adam.
+        """
+        known = {c.node_id for c in self.clients} | self._seen_nodes
+        new = [n for n in sorted(int(x) for x in self.grid.get_node_ids()) if n not in known]
+        if not new:
+            return {}
+        self._seen_nodes.update(new)
+        cfgrec = config_record(self.cfg, round=-1)
+        if self.preprocessor is not None:  # own data: the node needs the fitted preprocessing first
+            setup = ConfigRecord({"json": json.dumps(self.preprocessor)})
+            msgs = [self.message_to(n, "query.setup", r, **{CONFIG: cfgrec, SETUP: setup}) for n in new]
+            replies, _ = self.exchange("query.setup", r, msgs)
+        else:
+            replies, _ = self.exchange("query.info", r, [self.message_to(n, "query.info", r, **{CONFIG: cfgrec})
+                                                         for n in new])
+        by_id = {c.client_id: i for i, c in enumerate(self.clients)}
+        joined = {}
+        for node, rep in sorted(replies.items()):
+            try:
+                info = dict(rep.content[INFO])
+                cid, n = int(info["client-id"]), int(info["num-examples"])
+                shape = tuple(int(v) for v in info["input-shape"])
+            except (KeyError, TypeError, ValueError):
+                log.warning("round %d: new node %d sent no usable registration info: ignored", r + 1, node)
+                continue
+            old = self.clients[by_id[cid]] if cid in by_id else None
+            if old is None or (old.num_examples, old.input_shape) != (n, shape):
+                log.warning("round %d: new node %d claims client %d, which is not a registered client with "
+                            "N=%d and this input shape: ignored", r + 1, node, cid, n)
+                continue
+            self.clients[by_id[cid]] = dataclasses.replace(old, node_id=node)
+            joined[cid] = node
+            log.info("round %d: client %d rejoined on node %d (was node %d)", r + 1, cid, node, old.node_id)
+        return joined
+
     def participants(self, r: int) -> list[Client]:
-        """The simulator's sampling (``fedgca.protocol.sampling``) over the registered clients in id order."""
+        """The simulator's sampling (``fedgca.protocol.sampling``) over the registered clients in id order.
+
+        Restarted nodes are taken back first (``rejoin``); who rejoined is recorded with the round.
+        """
+        self._rejoined[r] = self.rejoin(r)
         mask = sampling.participants(self.cfg.seed, r, len(self.clients), self.cfg.participation)
         return [c for c, m in zip(self.clients, mask.tolist()) if m]
 
@@ -266,6 +316,7 @@ class FlowerServer:
         return rows
 
     def finish_round(self, r: int, rows: list[dict], comm: dict) -> None:
+        comm = {**comm, "rejoined": {str(k): v for k, v in self._rejoined.pop(r, {}).items()}}
         self.rows.extend(rows)
         self.comm.append(comm)
         self.rec.metrics_csv(self.rows)
@@ -274,8 +325,6 @@ class FlowerServer:
         self.rec.round({**comm, **{m: last.get(m) for m in ("accuracy", "auroc", "auprc")}})
         log.info("round %d/%d done in %.2f s: %s", r + 1, self.cfg.rounds, comm["wall_seconds"],
                  ", ".join(f"{m} {last[m]:.4f}" for m in ("accuracy", "auroc", "auprc") if m in last))
-        if self.opts.round_pause > 0 and r + 1 < self.cfg.rounds:
-            time.sleep(self.opts.round_pause)
 
     def summary(self, wall: float, extra: dict | None = None) -> dict:
         cfg = self.cfg
@@ -286,7 +335,8 @@ class FlowerServer:
             "client_ids": [c.client_id for c in self.clients],
             "round_wall_seconds": [c["wall_seconds"] for c in self.comm],
             "participation": [{"round": c["round"], "sampled": c["participants"], "took_part": c["took_part"],
-                               "dropped": c["dropped"], "rejected": c["rejected"]} for c in self.comm],
+                               "dropped": c["dropped"], "rejected": c["rejected"], "rejoined": c["rejoined"]}
+                              for c in self.comm],
         }
         return runrecord.summary(
             cfg, clients=len(self.clients), input_shape=self.clients[0].input_shape,

@@ -36,10 +36,16 @@ def node_configs(cfg: RunConfig, data_dir=None, extra: dict[int, dict] | None = 
 
 
 def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=None,
-             node_extra: dict[int, dict] | None = None, **flower_options) -> dict:
-    """Run ``cfg`` through the Flower apps locally; returns the summary (also in ``out_dir/summary.json``)."""
-    from fedgca.flower import client_app
+             node_extra: dict[int, dict] | None = None, client_app=None, **flower_options) -> dict:
+    """Run ``cfg`` through the Flower apps locally; returns the summary (also in ``out_dir/summary.json``).
+
+    ``client_app``: another ClientApp to run on every node instead of fedgca's (e.g. fedgca's
+    handlers behind your own mods or wrappers).
+    """
     from fedgca.flower.server_app import make_server_app
+
+    if client_app is None:
+        from fedgca.flower.client_app import app as client_app
 
     cfg = cfg.resolved()
     out = Path(out_dir)
@@ -49,11 +55,11 @@ def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=Non
     if engine == "inprocess":
         from fedgca.flower.inprocess import run_inprocess
 
-        run_inprocess(server_app, client_app.app, node_configs(cfg, data_dir, node_extra))
+        run_inprocess(server_app, client_app, node_configs(cfg, data_dir, node_extra))
     elif engine == "ray":
         if node_extra:
             raise ValueError("the Ray engine gives nodes only partition-id/num-partitions; use engine='inprocess'")
-        _run_ray(server_app, client_app.app, cfg, data_dir)
+        _run_ray(server_app, client_app, cfg, data_dir)
     else:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     return json.loads((out / "summary.json").read_text())
