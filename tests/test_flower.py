@@ -140,6 +140,39 @@ def test_silent_node_is_dropped_after_reply_timeout(tmp_path, data_dir):
     assert rounds[1]["evaluated"] == [0, 1]
 
 
+def test_restarted_node_rejoins_with_its_client_id(tmp_path, data_dir):
+    """Client 2's node dies before round 2 (dropped there); a new node with client 2's config connects
+    during round 2, rejoins as client 2 at the start of round 3 (fresh ClientApp state) and takes part."""
+    from flwr.app import Context, RecordDict
+
+    from fedgca.flower import client_app
+    from fedgca.flower.inprocess import InProcessGrid, run_inprocess
+    from fedgca.flower.server_app import make_server_app
+
+    class RestartingGrid(InProcessGrid):
+        def push_messages(self, messages):
+            messages = list(messages)
+            kinds = {(m.metadata.group_id, m.metadata.message_type) for m in messages}
+            if ("2", "train") in kinds:
+                self.down.add(1002)  # the node crashes
+            if ("2", "evaluate") in kinds and 1003 not in self.contexts:  # and is restarted: a new node id
+                old = self.contexts[1002]
+                self.contexts[1003] = Context(run_id=old.run_id, node_id=1003, node_config=dict(old.node_config),
+                                              state=RecordDict(), run_config=dict(old.run_config))
+            return super().push_messages(messages)
+
+    cfg = _magic(k=10, rounds=3)
+    nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
+    run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(tmp_path), reply_timeout=1.0,
+                                                eval_recon_epochs=False)), client_app.app, nodes,
+                  grid_class=RestartingGrid)
+    rounds = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert rounds[0]["took_part"] == [0, 1, 2] and rounds[0]["rejoined"] == {}
+    assert rounds[1]["took_part"] == [0, 1] and "2" in rounds[1]["dropped"]
+    assert rounds[2]["rejoined"] == {"2": 1003} and rounds[2]["took_part"] == [0, 1, 2]
+    assert rounds[2]["evaluated"] == [0, 1, 2]
+
+
 def test_check_codes_accepts_exactly_one_float32_array():
     good = np.zeros((5, 16), dtype=np.float32)
     assert check_codes(RecordDict({"codes": ArrayRecord({"z": Array(good)})}), max_rows=5, latent_dim=16).shape == (5, 16)

@@ -259,3 +259,15 @@ def test_readme_usage_lists_every_run_option():
     run_parser = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]
     actual = {o for a in run_parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
     assert listed == actual, (sorted(actual - listed), sorted(listed - actual))
+
+
+def test_a_run_too_large_for_memory_is_refused_before_allocating(tmp_path, capsys, data_dir, monkeypatch):
+    from fedgca.simulation import federation
+
+    need = federation.memory_estimate(RunConfig(**TINY).resolved(), (5,), [700] * 10, 13_000)
+    assert need > 10 * 4 * 6 * 38_037  # at least the stacked models
+    monkeypatch.setattr(federation, "available_memory", lambda: need // 10)
+    out = tmp_path / "never"
+    code, err = _cli(capsys, "run", *_tiny_args(), "--data-dir", data_dir, "--out", out)
+    assert code == 2 and "GiB of memory" in _one_line(err) and "--clients" in err
+    assert not out.exists()

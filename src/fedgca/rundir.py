@@ -162,8 +162,8 @@ def verify(run_dir, name: str) -> Path:
     accepted = [e for e in (entry, entry.get("pending")) if isinstance(e, dict) and "sha256" in e]
     if not any(size == e.get("bytes") for e in accepted):
         expected = entry.get("bytes")
-        what = "truncated" if isinstance(expected, int) and size < expected else "modified"
-        raise RunFileError(f"{path}: {what} ({size} bytes, {MANIFEST} says {expected})")
+        what = "truncated or replaced" if isinstance(expected, int) and size < expected else "modified"
+        raise RunFileError(f"{path}: {what} since fedgca wrote it ({size} bytes, {MANIFEST} records {expected})")
     if sha256_of(path) not in {e["sha256"] for e in accepted}:
         raise RunFileError(f"{path}: modified since fedgca wrote it (SHA-256 differs from {MANIFEST})")
     return path

@@ -1,6 +1,7 @@
 """Everything a simulated federation holds: data shards, client models, test set."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,7 +11,7 @@ from fedgca.config import RunConfig
 from fedgca.data import load_dataset
 from fedgca.data.dataset import FederatedDataset
 from fedgca.data.partition import partition_rows, split_validation
-from fedgca.models import init_model
+from fedgca.models import build_model, init_model, param_count
 from fedgca.protocol import sampling
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import AdamConfig, StackedModels
@@ -41,10 +42,49 @@ class Federation:
         return sampling.participants(self.cfg.seed, round_idx, self.num_clients, self.cfg.participation)
 
 
+def memory_estimate(cfg: RunConfig, input_shape: tuple[int, ...], shard_sizes: list[int], n_test: int) -> int:
+    """Bytes a simulated run needs at its peak, counted before anything large is allocated.
+
+    Stacked client models: parameters, gradients, Adam's two moments, and (parameter sharing)
+    the last upload and this round's copy — 6 × 4 bytes per parameter and model. Shards are
+    padded to the largest (train + validation), the test set once; an evaluation holds every
+    client's test scores in float32 and, for AUROC/AUPRC, about four float64-sized working copies.
+    """
+    n_models = 1 if cfg.method == "centralized" else cfg.clients
+    row = math.prod(input_shape)
+    params = param_count(build_model(input_shape))
+    models = 6 * 4 * params * n_models
+    shards = 4 * row * n_models * max(shard_sizes) * (2 if cfg.val_fraction > 0 else 1)
+    if cfg.method == "centralized":
+        shards += 4 * row * sum(shard_sizes)
+    scores = (4 + 4 * 8) * n_models * (n_test + max(shard_sizes))
+    return int(models + shards + 4 * row * n_test + scores)
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (Linux MemAvailable), else None."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(cfg: RunConfig, input_shape, shard_sizes, n_test: int) -> None:
+    """A clear error, not an out-of-memory kill, when the run cannot fit in this machine's memory."""
+    need, have = memory_estimate(cfg, input_shape, shard_sizes, n_test), available_memory()
+    if have is not None and need > 0.9 * have:
+        raise ValueError(f"this run needs about {need / 2**30:.1f} GiB of memory and {have / 2**30:.1f} GiB are "
+                         f"available: reduce --clients ({cfg.clients}) or the data per client")
+
+
 def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | None = None) -> Federation:
     cfg = cfg.resolved()
     dataset = dataset or load_dataset(cfg.dataset, data_dir, seed=cfg.seed)
     parts, val = split_validation(partition_rows(cfg, dataset.train), cfg.val_fraction, cfg.seed)
+    check_memory(cfg, dataset.input_shape, [len(p) for p in parts], len(dataset.test_x))
     n_models = 1 if cfg.method == "centralized" else cfg.clients
     models = [init_model(cfg.seed, dataset.input_shape, i) for i in range(n_models)]
     adam = AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma)
