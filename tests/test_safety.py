@@ -265,7 +265,7 @@ def test_a_run_too_large_for_memory_is_refused_before_allocating(tmp_path, capsy
     from fedgca.simulation import federation
 
     need = federation.memory_estimate(RunConfig(**TINY).resolved(), (5,), [700] * 10, 13_000)
-    assert need > 10 * 4 * 6 * 38_037  # at least the stacked models
+    assert need > 10 * 16 * 38_037  # at least the stacked models: parameters, gradients, two Adam moments
     monkeypatch.setattr(federation, "available_memory", lambda: need // 10)
     out = tmp_path / "never"
     code, err = _cli(capsys, "run", *_tiny_args(), "--data-dir", data_dir, "--out", out)

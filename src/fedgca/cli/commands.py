@@ -23,7 +23,17 @@ def set_threads(n: int | None) -> int:
     if n < 1:
         raise ValueError(f"--threads must be ≥ 1, got {n}")
     torch.set_num_threads(n)
+    try:  # numpy/scipy's BLAS too (the GMM fit): its default of one thread per core oversubscribes
+        import scipy.linalg  # noqa: F401  (load the BLAS libraries so that the limit reaches them)
+        from threadpoolctl import threadpool_limits
+
+        _BLAS_LIMIT.append(threadpool_limits(n, user_api="blas"))
+    except ImportError:
+        pass
     return n
+
+
+_BLAS_LIMIT: list = []  # keeps the limit in force for the life of the process
 
 
 def cmd_run(args) -> int:

@@ -5,6 +5,12 @@ import time
 from pathlib import Path
 
 
+def _cores() -> int:
+    import os
+
+    return os.cpu_count() or 1
+
+
 def _csv(kind=str):
     return lambda s: [kind(x) for x in s.split(",") if x]
 
@@ -19,7 +25,9 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--data-dir")
     p.add_argument("--out", default="results/compare")
-    p.add_argument("--workers", type=int, default=1, help="runs in parallel, one process each (0 = in this process)")
+    p.add_argument("--workers", type=int, default=_cores(),
+                   help=f"runs in parallel, one process each, cores // workers torch threads each (default: the "
+                        f"machine's {_cores()} cores; 0 = in this process)")
     p.add_argument("--attack", action="store_true",
                    help="also attack client 0 of every gca/fedavg/fedprox/fednova/dpfedavg run (SPEC §6) "
                         "and print the attack table; runs already attacked are not redone")
@@ -61,7 +69,9 @@ def _register_sweep_report_comm(sub) -> None:
                                    "runs resume, failed runs are recorded and retried on the next invocation.")
     p.add_argument("spec", help="sweep file (TOML: [base] and [grid] / [[grid]] tables of RunConfig fields)")
     p.add_argument("--out", help="sweep directory (default: the file's `out`)")
-    p.add_argument("--workers", type=int, default=1, help="runs in parallel, one process each (default 1; 0 = in this process)")
+    p.add_argument("--workers", type=int, default=_cores(),
+                   help=f"runs in parallel, one process each, cores // workers torch threads each (default: the "
+                        f"machine's {_cores()} cores; 0 = in this process)")
     p.add_argument("--data-dir", help="dataset directory (default: the file's `data_dir`, $FEDGCA_DATA_DIR, cache)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.add_argument("--no-retry-failed", action="store_true", help="leave runs whose last attempt failed alone")
