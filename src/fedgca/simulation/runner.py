@@ -56,6 +56,8 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
         log.info("resuming %s from round %d", out, start_round + 1)
 
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.tmp"):  # a write a kill interrupted: never valid, the previous file still is
+        stale.unlink(missing_ok=True)
     if not (out / rundir.CONFIG).exists():
         rundir.atomic_write_text(out / rundir.CONFIG, json.dumps(cfg.to_dict(), indent=2))
         rundir.record(out, rundir.CONFIG)
