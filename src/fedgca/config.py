@@ -30,6 +30,8 @@ METHODS = methods.names()  # the registry's, in the paper's table order
 BACKENDS = ("gmm", "kmeans", "softkmeans", "minibatch")
 WEIGHTINGS = ("inverse", "uniform")
 PARTITIONS = ("iid", "dirichlet")
+BASELINE_EVALS = ("global", "local")
+OPTIMIZER_STATES = ("keep", "reset")
 K_GRID = (10, 20, 40, 80)
 SEEDS = (100, 200, 300)
 
@@ -73,6 +75,12 @@ class RunConfig:
     dp_clip: float = _opt(1.0, "DP-FedAvg clipping norm > 0")
     dp_sigma: float = _opt(1.0, "DP-FedAvg noise multiplier σ ≥ 0")
     dp_delta: float = _opt(1e-5, "DP-FedAvg δ ∈ (0, 1) for the reported ε")
+    # Protocol variants of the parameter-sharing baselines (defaults: the paper's text).
+    baseline_eval: str = _opt("global", "parameter sharing: evaluate the global model after aggregation (the "
+                              "paper's text) or each client's model after local training, before aggregation",
+                              choices=BASELINE_EVALS)
+    optimizer_state: str = _opt("keep", "parameter sharing: clients keep Adam's state across rounds, or start "
+                                "each round with a fresh Adam", choices=OPTIMIZER_STATES)
 
     def resolved(self) -> "RunConfig":
         """Fill dataset presets and validate every field (ValueError naming the option)."""
@@ -91,7 +99,7 @@ class RunConfig:
 
     def validate(self) -> None:
         """Every field in range; the message names the option as the CLI spells it."""
-        for name in ("method", "backend", "weights", "partition"):
+        for name in ("method", "backend", "weights", "partition", "baseline_eval", "optimizer_state"):
             _check_choice(self, name)
         _check(self, "seed", int, lambda v: v >= 0, "≥ 0")
         for name in ("rounds", "clients", "k", "batch_size", "lr_step"):
@@ -127,9 +135,20 @@ class RunConfig:
         return cls(**d)
 
     def key(self) -> str:
-        """A short stable hash of the resolved config: names a run in sweeps and caches."""
-        blob = json.dumps(self.resolved().to_dict(), sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        """A short stable hash of the resolved config: names a run in sweeps and caches.
+
+        Fields added after runs were published enter the hash only when they differ from their
+        default, so adding an option never renames the runs made before it.
+        """
+        d = self.resolved().to_dict()
+        for name, default in ADDED_LATER.items():
+            if d.get(name) == default:
+                d.pop(name)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# Options added after runs were committed, with the default that reproduces those runs.
+ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep"}
 
 
 def option_name(name: str) -> str:

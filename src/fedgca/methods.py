@@ -18,6 +18,7 @@ COMMON = frozenset({"dataset", "method", "seed", "rounds", "clients", "participa
 _GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
                   "eval_align_epochs"})
 _LOCAL = frozenset({"local_epochs"})
+_SHARING = _LOCAL | {"baseline_eval", "optimizer_state"}  # the protocol variants of parameter sharing
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,15 @@ def get(name: str) -> MethodSpec:
     return REGISTRY[name]
 
 
+def paper_phase(cfg) -> str:
+    """The metric rows the paper's peak is taken over for this run (``--baseline-eval local``: the
+    parameter-sharing clients' pre-aggregation evaluations)."""
+    spec = get(cfg.method)
+    if spec.family == "parameter-sharing" and getattr(cfg, "baseline_eval", "global") == "local":
+        return "local"
+    return spec.paper_phase
+
+
 def names(family: str | None = None, *, flower: bool | None = None, attack: bool | None = None) -> tuple[str, ...]:
     """Registered method names in table order, optionally filtered."""
     return tuple(s.name for s in REGISTRY.values()
@@ -69,13 +79,13 @@ register(MethodSpec("single", "Single-Client", "single-site", _LOCAL, f"{_BASELI
                     flower=True, attack=None))
 register(MethodSpec("centralized", "Centralized", "single-site", _LOCAL, f"{_BASELINES}:CentralizedSimulation",
                     flower=False, attack=None))
-register(MethodSpec("fedavg", "FedAvg", "parameter-sharing", _LOCAL, f"{_BASELINES}:FedAvgSimulation",
+register(MethodSpec("fedavg", "FedAvg", "parameter-sharing", _SHARING, f"{_BASELINES}:FedAvgSimulation",
                     flower=True, attack="white-box"))
-register(MethodSpec("fedprox", "FedProx", "parameter-sharing", _LOCAL | {"fedprox_mu", "fedprox_coef"},
+register(MethodSpec("fedprox", "FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"},
                     f"{_BASELINES}:FedProxSimulation", flower=True, attack="white-box"))
-register(MethodSpec("fednova", "FedNova", "parameter-sharing", _LOCAL, f"{_BASELINES}:FedNovaSimulation",
+register(MethodSpec("fednova", "FedNova", "parameter-sharing", _SHARING, f"{_BASELINES}:FedNovaSimulation",
                     flower=True, attack="white-box"))
-register(MethodSpec("dpfedavg", "DP-FedAvg", "parameter-sharing", _LOCAL | {"dp_clip", "dp_sigma", "dp_delta"},
+register(MethodSpec("dpfedavg", "DP-FedAvg", "parameter-sharing", _SHARING | {"dp_clip", "dp_sigma", "dp_delta"},
                     f"{_BASELINES}:DPFedAvgSimulation", flower=True, attack="white-box"))
 register(MethodSpec("gca", "GCA", "gca", _GCA, "fedgca.simulation.gca:GCASimulation", flower=True, attack="latent",
                     paper_phase="recon"))

@@ -239,6 +239,8 @@ def _local_train(msg: Message, context: Context, cfg, node) -> Message:
     global_params = model_state(numpy_dict(msg.content[ARRAYS]))
     clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
     clients.set_all(global_params)  # download θ^(r); Adam state is the client's own, kept across rounds
+    if cfg.optimizer_state == "reset":  # unless the run asks for a fresh Adam each round
+        clients.optim.reset()
     extra = client_loss_term(cfg, clients, global_params)
     local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra,
                     client_ids=[node.client_id])

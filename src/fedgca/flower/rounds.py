@@ -194,6 +194,9 @@ def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions) -> dict:
     """Register the clients, run the rounds, write the files; returns the summary."""
     if not methods.get(cfg.method).flower:
         raise ValueError(f"method {cfg.method!r} does not run on Flower ({', '.join(methods.names(flower=True))} do)")
+    if methods.paper_phase(cfg) == "local":
+        raise ValueError("--baseline-eval local runs in the in-process simulator only (the Flower apps evaluate "
+                         "the global model)")
     t0 = time.perf_counter()
     server = FlowerServer(grid, cfg, opts)
     server.rec.write("config.json", {**cfg.to_dict(), "flower": opts.__dict__})

@@ -305,7 +305,7 @@ class FlowerServer:
             return []
         rows = []
         # the paper evaluates GCA after every reconstruction epoch; without those evaluations, per round
-        paper = methods.get(self.cfg.method).paper_phase if self.opts.eval_recon_epochs else "round"
+        paper = methods.paper_phase(self.cfg) if self.opts.eval_recon_epochs else "round"
         if self.cfg.method == "gca" and self.opts.eval_recon_epochs:
             for e in range(gcfg.recon_epochs):
                 rows.append(_row(r, "recon", e, {c: _epoch(v, "recon", e) for c, v in evals.items()}, paper))

@@ -66,8 +66,12 @@ class FedAvgSimulation(SimMethod):
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed, cfg = self.fed, self.fed.cfg
         fed.clients.set_all(self.global_params, part)  # download θ^(r)
+        if cfg.optimizer_state == "reset":  # a fresh Adam (and StepLR) per round, as most FL code does
+            fed.clients.optim.reset(part)
         local_training(fed.clients, fed.shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size,
                        client_loss_term(cfg, fed.clients, self.global_params))
+        if cfg.baseline_eval == "local":  # each client's own model after local training, before aggregation
+            evaluate("local", -1)
         idx = torch.nonzero(part).flatten()
         uploads = {k: v.detach()[idx].clone() for k, v in fed.clients.params.items()}  # what each client sends
         for k, v in uploads.items():

@@ -127,7 +127,7 @@ def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
     per_client = dict(res["per_client"])
     per_client["val_error"] = ([float(s.mean()) for s in shard_scores(clients, fed.val_shards)]
                                if fed.val_shards is not None else [float("nan")])
-    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.get(fed.cfg.method).paper_phase)
+    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.paper_phase(fed.cfg))
 
 
 def _check_existing(out: Path, cfg: RunConfig, resume: bool) -> None:
@@ -135,6 +135,10 @@ def _check_existing(out: Path, cfg: RunConfig, resume: bool) -> None:
     path = out / rundir.CONFIG
     if path.exists() and (resume or (out / CHECKPOINT).exists()):
         saved = rundir.load_json(rundir.verify(out, rundir.CONFIG))
+        try:  # a config written before an option existed holds that option's default
+            saved = RunConfig.from_dict(saved).to_dict()
+        except (TypeError, ValueError):
+            pass
         mine = cfg.to_dict()
         if saved != mine:
             diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))

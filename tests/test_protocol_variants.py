@@ -1,0 +1,90 @@
+"""The parameter-sharing protocol variants (--optimizer-state, --baseline-eval) change only what they name."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from fedgca import seeding
+from fedgca.config import RunConfig
+from fedgca.evaluation.metrics import evaluate_clients
+from fedgca.models import init_model
+from fedgca.protocol import fedavg
+from fedgca.simulation.federation import build_federation
+from fedgca.simulation.runner import run
+from fedgca.training.reference import ReferenceClient
+from fedgca.training.stacked import StackedModels
+
+TINY = dict(dataset="academic", method="fedavg", clients=3, rounds=2, local_epochs=2, seed=100)
+
+
+def _global_after(tmp_path, data_dir, **kw) -> dict:
+    run(RunConfig(**{**TINY, **kw}), tmp_path, data_dir=data_dir, progress=False)
+    return torch.load(tmp_path / "checkpoint.pt", weights_only=True)["method"]["global"]
+
+
+def _reference_fedavg(data_dir, reset: bool) -> dict:
+    """Plain per-client loops: torch.optim.Adam per client, fresh each round when ``reset``."""
+    cfg = RunConfig(**TINY).resolved()
+    fed = build_federation(cfg, data_dir)
+    shape, sizes = fed.dataset.input_shape, fed.shards.sizes
+    global_params = {k: v.detach().clone() for k, v in init_model(cfg.seed, shape, 0).state_dict().items()}
+    clients = [ReferenceClient(init_model(cfg.seed, shape, i), fed.shards.client(i).numpy(), i) for i in range(3)]
+    for r in range(cfg.rounds):
+        for c in clients:
+            c.model.load_state_dict(global_params)
+            if reset:
+                c.optim = torch.optim.Adam(c.model.parameters(), lr=cfg.lr)
+                c.sched = torch.optim.lr_scheduler.StepLR(c.optim, cfg.lr_step, cfg.lr_gamma)
+            for e in range(cfg.local_epochs):
+                c.epoch(seeding.rng(cfg.seed, "local", r, e, c.cid), cfg.batch_size, c.recon_per_row)
+        stacked = {k: torch.stack([c.model.state_dict()[k].detach() for c in clients]) for k in global_params}
+        global_params = fedavg.aggregate(global_params, stacked, sizes)
+    return global_params
+
+
+@pytest.mark.parametrize("state", ["keep", "reset"])
+def test_optimizer_state_matches_per_client_torch_adam(tmp_path, data_dir, state):
+    ours = _global_after(tmp_path / state, data_dir, optimizer_state=state)
+    same = _reference_fedavg(data_dir, reset=state == "reset")
+    other = _reference_fedavg(data_dir, reset=state != "reset")
+    gap_same = max(float((ours[k] - same[k]).abs().max()) for k in same)
+    gap_other = max(float((ours[k] - other[k]).abs().max()) for k in same)
+    assert gap_same < 1e-5  # the stacked engine vs per-client loops: float32 rounding only
+    assert gap_other > 100 * max(gap_same, 1e-7)  # and the variant really changes the training
+
+
+def test_baseline_eval_local_scores_the_pre_aggregation_models(tmp_path, data_dir):
+    cfg = RunConfig(**{**TINY, "rounds": 1, "baseline_eval": "local"})
+    s = run(cfg, tmp_path, data_dir=data_dir, progress=False)
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
+    assert [(r["phase"], r["paper"]) for r in rows] == [("local", "1"), ("round", "0")]
+    # the local row is the evaluation of what each client uploaded (its model before aggregation)
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    fed = build_federation(cfg, data_dir)
+    uploaded = StackedModels([init_model(cfg.seed, fed.dataset.input_shape, i) for i in range(3)])
+    with torch.no_grad():
+        for k, p in uploaded.params.items():
+            p.copy_(ckpt["method"]["last_upload"][k])
+    res = evaluate_clients(uploaded, fed.shards, fed.test_x, fed.dataset.test_y, 0.75)
+    assert float(rows[0]["accuracy"]) == pytest.approx(res["accuracy"], abs=1e-12)
+    assert float(rows[0]["auroc"]) == pytest.approx(res["auroc"], abs=1e-12)
+    assert s["peak"]["phase"] == "local" and s["final"]["phase"] == "round"
+    # ... and the global default is untouched by the option's existence
+    g = run(RunConfig(**{**TINY, "rounds": 1}), tmp_path / "global", data_dir=data_dir, progress=False)
+    assert g["peak"]["phase"] == "round" and g["final"]["accuracy"] == s["final"]["accuracy"]
+
+
+def test_variants_leave_old_run_names_alone():
+    base = RunConfig(dataset="magic", method="fedavg")
+    assert base.key() == RunConfig(dataset="magic", method="fedavg", baseline_eval="global").key()
+    assert base.key() != RunConfig(dataset="magic", method="fedavg", baseline_eval="local").key()
+    assert base.key() != RunConfig(dataset="magic", method="fedavg", optimizer_state="reset").key()
+
+
+def test_flower_refuses_local_evaluation():
+    from fedgca.flower.rounds import run_server
+
+    with pytest.raises(ValueError, match="simulator only"):
+        run_server(None, RunConfig(**{**TINY, "baseline_eval": "local"}).resolved(), None)
