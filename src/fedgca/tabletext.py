@@ -16,3 +16,8 @@ def csv_text(head: list[str], body: list[list]) -> str:
     w.writerow(head)
     w.writerows(body)
     return buf.getvalue()
+
+
+def dicts_csv(rows: list[dict], fields: list[str]) -> str:
+    """CSV of dict rows with the given columns (keys not listed are an error, missing ones empty)."""
+    return csv_text(list(fields), [[r.get(f) for f in fields] for r in rows])

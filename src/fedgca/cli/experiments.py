@@ -85,6 +85,15 @@ def _register_sweep_report_comm(sub) -> None:
     p.add_argument("--no-plots", action="store_true")
     p.set_defaults(func=cmd_report)
 
+    p = sub.add_parser("scorecard", help="every cell of the paper's IID table beside fedgca's runs, and the "
+                                         "paper's claims (SCORECARD.md)",
+                       description="Compare the finished runs under DIR (summary.json files and runs.csv tables) "
+                                   "cell by cell with the paper's published figures (packaged reference data).")
+    p.add_argument("dir", help="directory tree holding runs or result tables")
+    p.add_argument("--out", help="where to write (default: DIR/SCORECARD.md)")
+    p.add_argument("--data-dir", help="dataset directory, for the communication check")
+    p.set_defaults(func=cmd_scorecard)
+
     p = sub.add_parser("comm", help="per-round communication (MiB) measured from the payloads the code builds",
                        description="GCA up/down and FL totals per round for each dataset and K, measured from "
                                    "the built payloads and checked against SPEC \u00a77's formulas. Trains nothing.")
@@ -131,6 +140,20 @@ def cmd_report(args) -> int:
     paths = report.write_report(args.dir, args.out, plots=not args.no_plots)
     print(paths["md"].read_text())
     print(f"report written to {paths['md'].parent} (report.md, report.tex, CSV tables, plots)", file=sys.stderr)
+    return 0
+
+
+def cmd_scorecard(args) -> int:
+    import sys
+    from pathlib import Path
+
+    from fedgca.reporting import scorecard
+
+    if not Path(args.dir).is_dir():
+        raise FileNotFoundError(f"{args.dir}: no such directory")
+    out = scorecard.write_scorecard(args.dir, args.out, data_dir=args.data_dir)
+    print(out.read_text())
+    print(f"scorecard written to {out} (and {out.with_suffix('.csv').name})", file=sys.stderr)
     return 0
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from fedgca.config import DATASET_PRESETS, K_GRID
-from fedgca.tabletext import markdown
+from fedgca.tabletext import dicts_csv, markdown
 
 log = logging.getLogger("fedgca")
 
@@ -204,18 +204,12 @@ def grids(rows: list[dict]) -> tuple[tuple[list, list], tuple[list, list]]:
 
 
 def render(rows: list[dict], fmt: str = "md", sources: dict | None = None) -> str:
-    import csv
-    import io
     import json
 
     if fmt == "json":
         return json.dumps(rows, indent=1)
     if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=["dataset", "k", *INPUT_COLUMNS, *MIB_COLUMNS])
-        w.writeheader()
-        w.writerows(rows)
-        return buf.getvalue()
+        return dicts_csv(rows, ["dataset", "k", *INPUT_COLUMNS, *MIB_COLUMNS])
     if fmt != "md":
         raise ValueError("--format must be md, csv or json")
     (ih, ib), (mh, mb) = grids(rows)

@@ -1,8 +1,6 @@
 """A report table and its renderings: Markdown, CSV, LaTeX, and the tidy cells file."""
 from __future__ import annotations
 
-import csv
-import io
 import re
 from dataclasses import dataclass, field
 
@@ -95,13 +93,12 @@ def tex_table(t: Table) -> str:
 
 
 def tidy_cells(ts: list[Table]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["table", "protocol", "row", "column", "mean", "std", "n"])
+    """Every number of every table, one per line."""
+    body = []
     for t in ts:
         for row in t.rows:
             label = " / ".join(str(c) for c in row[: t.label_cols])
             for h, c in zip(t.head[t.label_cols:], row[t.label_cols:]):
                 if isinstance(c, tuple):
-                    w.writerow([t.id, t.protocol, label, h, c[0], c[1], c[2]])
-    return buf.getvalue()
+                    body.append([t.id, t.protocol, label, h, c[0], c[1], c[2]])
+    return csv_text(["table", "protocol", "row", "column", "mean", "std", "n"], body)

@@ -73,6 +73,7 @@ from fedgca.reporting.render import (
     tex_table,
     tidy_cells,
 )
+from fedgca.tabletext import dicts_csv
 
 log = logging.getLogger("fedgca")
 
@@ -322,10 +323,7 @@ def write_report(root, out=None, plots: bool = True) -> dict[str, Path]:
 
 
 def _write_dicts(path: Path, rows: list[dict], fields: list[str]) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    path.write_text(dicts_csv(rows, fields))
 
 
 def _label(root: Path) -> str:

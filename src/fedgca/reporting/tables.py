@@ -1,8 +1,6 @@
 """Collect run summaries and render the paper-layout tables (Markdown, CSV, LaTeX)."""
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import numpy as np
 
 from fedgca import methods
 from fedgca.config import DATASET_PRESETS
+from fedgca.tabletext import csv_text
 
 METHOD_LABELS = {name: spec.label for name, spec in methods.REGISTRY.items()}
 
@@ -65,12 +64,9 @@ def pivot_rows(summaries: list[dict], protocol: str, metric: str, columns: list[
 
 def raw_csv(summaries: list[dict]) -> str:
     """One line per run: the figures behind every table."""
-    buf = io.StringIO()
     fields = ["dataset", "method", "seed", "rounds", "k", "backend", "weights", "partition"]
     metrics = [f"{p}_{m}" for p in ("peak", "final", "selected") for m in ("accuracy", "auroc", "auprc")]
-    w = csv.writer(buf)
-    w.writerow(fields + metrics + ["wall_seconds"])
-    for s in summaries:
-        w.writerow([s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected")
-                                                  for m in ("accuracy", "auroc", "auprc")] + [s["wall_seconds"]])
-    return buf.getvalue()
+    body = [[s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected")
+                                          for m in ("accuracy", "auroc", "auprc")] + [s["wall_seconds"]]
+            for s in summaries]
+    return csv_text(fields + metrics + ["wall_seconds"], body)
