@@ -202,27 +202,6 @@ def bad_uploads(data_dir, tmp: Path) -> dict:
             "lost": "none (the excluded clients' uploads only)", "ok": ok}
 
 
-PAUSE_APP = textwrap.dedent('''
-    """fedgca's ServerApp, pausing {pause} s after every round but the last (the benchmark acts there)."""
-    import time
-
-    from fedgca.flower import server as _server
-    from fedgca.flower import server_app as _server_app
-
-    app = _server_app.app
-    _finish_round = _server.FlowerServer.finish_round
-
-
-    def _paused(self, r, rows, comm):
-        _finish_round(self, r, rows, comm)
-        if r + 1 < self.cfg.rounds:
-            time.sleep({pause})
-
-
-    _server.FlowerServer.finish_round = _paused
-''')
-
-
 def deployment(data_dir, tmp: Path, nodes: int = 6, rounds: int = 3, pause: float = 30.0) -> dict:
     """SuperLink + `nodes` SuperNodes over TLS on loopback; 2 killed after round 1, one restarted after round 2."""
     from fedgca.config import RunConfig
@@ -233,7 +212,10 @@ def deployment(data_dir, tmp: Path, nodes: int = 6, rounds: int = 3, pause: floa
     out = tmp / "deploy-out"
     app_dir = tmp / "app"
     app_dir.mkdir(parents=True, exist_ok=True)
-    (app_dir / "paused_app.py").write_text(PAUSE_APP.format(pause=pause))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from flower_hooks import PAUSED_SERVER_APP  # the tests' ServerApp wrapper: a pause between rounds
+
+    (app_dir / "paused_app.py").write_text(PAUSED_SERVER_APP.format(pause=pause))
     write_app(app_dir, to_run_config(cfg, out_dir=str(out), eval_recon_epochs=False, reply_timeout=45.0),
               server_app="paused_app:app")
     ncs = [{"partition-id": i, "num-partitions": nodes, "data-dir": str(Path(data_dir).resolve()),
