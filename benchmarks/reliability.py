@@ -213,7 +213,9 @@ def deployment(data_dir, tmp: Path, nodes: int = 6, rounds: int = 3, pause: floa
     app_dir = tmp / "app"
     app_dir.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT / "tests"))
-    from flower_hooks import PAUSED_SERVER_APP  # the tests' ServerApp wrapper: a pause between rounds
+    from flower_hooks import (
+        PAUSED_SERVER_APP,  # the tests' ServerApp wrapper: a pause between rounds
+    )
 
     (app_dir / "paused_app.py").write_text(PAUSED_SERVER_APP.format(pause=pause))
     write_app(app_dir, to_run_config(cfg, out_dir=str(out), eval_recon_epochs=False, reply_timeout=45.0),

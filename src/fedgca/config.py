@@ -32,6 +32,7 @@ WEIGHTINGS = ("inverse", "uniform")
 PARTITIONS = ("iid", "dirichlet")
 BASELINE_EVALS = ("global", "local")
 OPTIMIZER_STATES = ("keep", "reset")
+THRESHOLDS = ("train-quantile", "val-quantile")
 K_GRID = (10, 20, 40, 80)
 SEEDS = (100, 200, 300)
 
@@ -69,6 +70,8 @@ class RunConfig:
     alpha: float = _opt(0.1, "Dirichlet concentration α > 0 (--partition dirichlet)")
     quantile: float = _opt(0.75, "detection threshold: this quantile ∈ (0, 1) of a client's training scores")
     val_fraction: float = _opt(0.0, "validation split ∈ [0, 1) of each client's normals (honest 'selected' round)")
+    threshold: str = _opt("train-quantile", "where τ's quantile is taken: each client's training rows (the paper) "
+                          "or its validation rows (needs --val-fraction > 0)", choices=THRESHOLDS)
     eval_align_epochs: bool = _opt(False, "also evaluate after each alignment epoch (diagnostic)")
     fedprox_mu: float = _opt(1e-2, "FedProx μ ≥ 0")
     fedprox_coef: float | None = _opt(None, "FedProx effective coefficient c ≥ 0 (default μ/(2B))", preset=True)
@@ -99,7 +102,7 @@ class RunConfig:
 
     def validate(self) -> None:
         """Every field in range; the message names the option as the CLI spells it."""
-        for name in ("method", "backend", "weights", "partition", "baseline_eval", "optimizer_state"):
+        for name in ("method", "backend", "weights", "partition", "baseline_eval", "optimizer_state", "threshold"):
             _check_choice(self, name)
         _check(self, "seed", int, lambda v: v >= 0, "≥ 0")
         for name in ("rounds", "clients", "k", "batch_size", "lr_step"):
@@ -114,6 +117,8 @@ class RunConfig:
         for name in ("quantile", "dp_delta"):
             _check(self, name, float, lambda v: 0 < v < 1, "in (0, 1)")
         _check(self, "val_fraction", float, lambda v: 0 <= v < 1, "in [0, 1)")
+        if self.threshold == "val-quantile" and not self.val_fraction > 0:
+            raise ValueError("--threshold val-quantile needs a validation split: set --val-fraction > 0")
         for name in ("lr", "w_max", "weight_eps", "alpha", "dp_clip"):
             _check(self, name, float, lambda v: v > 0, "> 0")
         for name in ("gamma", "fedprox_mu", "fedprox_coef", "dp_sigma"):
@@ -148,7 +153,7 @@ class RunConfig:
 
 
 # Options added after runs were committed, with the default that reproduces those runs.
-ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep"}
+ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile"}
 
 
 def option_name(name: str) -> str:

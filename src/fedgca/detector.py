@@ -159,7 +159,10 @@ def save_client_detectors(run_dir, fed, method) -> list[str]:
         det = AnomalyDetector(model, quantile=fed.cfg.quantile, preprocessor=fed.dataset.preprocessor,
                               dataset=fed.cfg.dataset, kind=fed.dataset.kind,
                               meta={"client": i, "method": fed.cfg.method, "round": fed.cfg.rounds,
-                                    "input_shape": list(fed.dataset.input_shape)})
-        det.fit(fed.shards.client(i).numpy())
+                                    "input_shape": list(fed.dataset.input_shape),
+                                    "threshold_rows": "validation" if fed.cfg.threshold == "val-quantile"
+                                    else "training"})
+        tau_rows = fed.val_shards if fed.cfg.threshold == "val-quantile" else fed.shards
+        det.fit(tau_rows.client(i).numpy())
         written += [p.relative_to(run_dir).as_posix() for p in det.save(client_dir(run_dir, i))]
     return written

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 # Options every method reads: they define the setting a method runs in.
 COMMON = frozenset({"dataset", "method", "seed", "rounds", "clients", "participation", "batch_size", "lr",
-                    "lr_step", "lr_gamma", "partition", "alpha", "quantile", "val_fraction"})
+                    "lr_step", "lr_gamma", "partition", "alpha", "quantile", "val_fraction", "threshold"})
 _GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
                   "eval_align_epochs"})
 _LOCAL = frozenset({"local_epochs"})

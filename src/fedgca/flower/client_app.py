@@ -105,15 +105,18 @@ def _shards(node) -> ClientShards:
 def _metrics(clients: StackedModels, node, cfg) -> dict:
     """SPEC §5 for this client: threshold on its own training rows, metrics on its test rows."""
     shards = _shards(node)
+    tau = ClientShards.from_arrays([node.val]) if cfg.threshold == "val-quantile" and node.val is not None else None
     if node.test_x is not None and node.test_y is not None and len(np.unique(node.test_y)) == 2:
         res = evaluate_clients(clients, shards, torch.as_tensor(node.test_x, dtype=torch.float32), node.test_y,
-                               cfg.quantile)
+                               cfg.quantile, tau)
         out = {m: float(res["per_client"][m][0]) for m in ("accuracy", "auroc", "auprc")}
         out.update(train_error=float(res["train_error"]), threshold=float(res["thresholds"][0]))
     else:  # no labelled test rows on this node: detector threshold and training error only
         train = shard_scores(clients, shards)
+        tau_scores = train if tau is None else shard_scores(clients, tau)
         out = {"accuracy": float("nan"), "auroc": float("nan"), "auprc": float("nan"),
-               "train_error": float(train[0].mean()), "threshold": float(quantile_thresholds(train, cfg.quantile)[0])}
+               "train_error": float(train[0].mean()),
+               "threshold": float(quantile_thresholds(tau_scores, cfg.quantile)[0])}
     out["val_error"] = float("nan")
     if node.val is not None:
         out["val_error"] = float(shard_scores(clients, ClientShards.from_arrays([node.val]))[0].mean())

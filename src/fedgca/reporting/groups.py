@@ -38,7 +38,7 @@ DATASET_ORDER = tuple(DATASET_PRESETS)
 
 # Options every method reads: they define a *setting*; runs of different settings are never pooled.
 SETTING_FIELDS = ("rounds", "clients", "participation", "batch_size", "lr", "lr_step", "lr_gamma", "quantile",
-                  "val_fraction")
+                  "val_fraction", "threshold")
 AXES = {"dataset", "method", "seed", "partition", "alpha", "backend", "weights", "k"}
 
 

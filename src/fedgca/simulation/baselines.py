@@ -44,6 +44,13 @@ class CentralizedSimulation(SimMethod):
     def deployed_shards(self) -> ClientShards:
         return self.pooled  # threshold on all training data (SPEC §5)
 
+    def deployed_val_shards(self) -> ClientShards | None:
+        """--threshold val-quantile: the pooled validation rows."""
+        val = self.fed.val_shards
+        if val is None:
+            return None
+        return ClientShards.from_arrays([np.concatenate([val.client(i).numpy() for i in range(val.num_clients)])])
+
 
 class FedAvgSimulation(SimMethod):
     """Clients start each round from the global model, train locally, upload parameters."""

@@ -50,10 +50,11 @@ def memory_estimate(cfg: RunConfig, input_shape: tuple[int, ...], shard_sizes: l
 
     Stacked client models: MODEL_BYTES_PER_PARAMETER per parameter and model — parameters,
     gradients and Adam's two moments are 16 of them; the rest is what a run was measured to hold
-    on top at its peak (docs/results/reliability.md: up to 5.5 GiB for 1,000 credit-shaped models of
-    50,349 parameters, ~110 B each; the peak comes inside an evaluation pass). Shards are padded to the largest
-    (train + validation), the test set once; an evaluation holds every client's test scores in
-    float32 and, for AUROC/AUPRC, about four float64-sized working copies.
+    on top at its peak (docs/results/reliability.md: up to 5.5 GiB for 1,000 credit-shaped
+    models of 50,349 parameters, ~110 B each; the peak comes inside an evaluation pass), plus a
+    margin. Shards are padded to the largest (train + validation), the test set once; an
+    evaluation holds every client's test scores in float32 and, for AUROC/AUPRC, about four
+    float64-sized working copies.
     """
     n_models = 1 if cfg.method == "centralized" else cfg.clients
     row = math.prod(input_shape)
