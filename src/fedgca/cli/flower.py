@@ -47,7 +47,9 @@ def register(sub) -> None:
 
 
 def _flower_options(p) -> None:
-    p.add_argument("--reply-timeout", type=float, default=3600.0,
+    from fedgca.flower.config import FLOWER_DEFAULTS
+
+    p.add_argument("--reply-timeout", type=float, default=FLOWER_DEFAULTS["reply-timeout"],
                    help="seconds a phase waits for replies; a silent node is dropped from the round")
     p.add_argument("--no-eval-recon-epochs", action="store_true",
                    help="GCA: evaluate once per round only (not after every reconstruction epoch)")
