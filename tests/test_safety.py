@@ -271,3 +271,11 @@ def test_a_run_too_large_for_memory_is_refused_before_allocating(tmp_path, capsy
     code, err = _cli(capsys, "run", *_tiny_args(), "--data-dir", data_dir, "--out", out)
     assert code == 2 and "GiB of memory" in _one_line(err) and "--clients" in err
     assert not out.exists()
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_nothing_behind_on_resume(run_copy, data_dir):
+    """A kill inside a write leaves `checkpoint.pt.tmp` (possibly 0 bytes): the resume removes it and goes on."""
+    (run_copy / "checkpoint.pt.tmp").write_bytes(b"")
+    (run_copy / "metrics.csv.tmp").write_bytes(b"round,pha")
+    run(RunConfig(**TINY), run_copy, data_dir=data_dir, resume=True, progress=False)
+    assert not list(run_copy.glob("*.tmp"))
