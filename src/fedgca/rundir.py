@@ -39,57 +39,72 @@ class RunFileError(ValueError):
 # ---------------------------------------------------------------------------- writing
 
 
-def _fsync_write(tmp: Path, write) -> None:
-    with tmp.open("wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
+def _atomic(path: Path, write, *, durable: bool = True, before_replace=None) -> None:
+    """``write(file)`` into ``path``'s temporary sibling, then swap it in: a kill at any moment leaves the
+    old file or the new one.
 
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a kill at any moment leaves the old file or the new one."""
+    ``durable``: fsync before the swap (off for files rebuilt from the checkpoint on resume, such as
+    metrics.csv). ``before_replace`` runs between the write and the swap.
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        _fsync_write(tmp, lambda f: f.write(data))
+        with tmp.open("wb") as f:
+            write(f)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    data = text.encode()
+    _atomic(path, lambda f: f.write(data), durable=durable)
 
 
 def write_metrics(run_dir, rows: list[dict]) -> None:
-    """metrics.csv: one row per evaluation, the same columns from both drivers."""
+    """metrics.csv: one row per evaluation, the same columns from both drivers (rebuilt from the checkpoint
+    on resume, so it needs no fsync)."""
     buf = io.StringIO(newline="")
     w = csv.DictWriter(buf, fieldnames=METRIC_FIELDS, extrasaction="ignore", lineterminator="\r\n")
     w.writeheader()
     w.writerows(rows)
-    atomic_write_text(Path(run_dir) / METRICS, buf.getvalue())
+    atomic_write_text(Path(run_dir) / METRICS, buf.getvalue(), durable=False)
+
+
+class _HashingWriter:
+    """A file wrapper that hashes what ``torch.save`` streams through it (no second pass, no in-memory copy)."""
+
+    def __init__(self, f):
+        self.f, self.sha, self.bytes = f, hashlib.sha256(), 0
+
+    def write(self, b) -> int:
+        self.sha.update(b)
+        self.bytes += len(b)
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def entry(self) -> dict:
+        return {"sha256": self.sha.hexdigest(), "bytes": self.bytes}
 
 
 def save_tensors(path: Path, obj) -> None:
     """``torch.save`` of tensors and plain containers, atomically (no partial or 0-byte file survives a kill)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        _fsync_write(tmp, lambda f: torch.save(obj, f))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _atomic(path, lambda f: torch.save(obj, f))
 
 
 # ---------------------------------------------------------------------------- manifest
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with Path(path).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _read_manifest(run_dir: Path) -> dict:
@@ -131,16 +146,18 @@ def save_checkpoint(run_dir, obj, name: str = CHECKPOINT) -> None:
     settled: a kill between any two steps leaves a checkpoint the manifest accepts.
     """
     run_dir = Path(run_dir)
-    path = run_dir / name
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        _fsync_write(tmp, lambda f: torch.save(obj, f))
-        files = _read_manifest(run_dir)
-        files[name] = {**files.get(name, {}), "pending": _entry(tmp)}
+    files = _read_manifest(run_dir)
+    writer: list[_HashingWriter] = []
+
+    def write(f) -> None:
+        writer.append(_HashingWriter(f))
+        torch.save(obj, writer[0])
+
+    def add_pending() -> None:
+        files[name] = {**files.get(name, {}), "pending": writer[0].entry()}
         _write_manifest(run_dir, files)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    _atomic(run_dir / name, write, before_replace=add_pending)
     files[name] = files[name]["pending"]
     _write_manifest(run_dir, files)
 
