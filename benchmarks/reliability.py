@@ -261,8 +261,9 @@ def deployment(data_dir, tmp: Path, nodes: int = 6, rounds: int = 3, pause: floa
 
 LOAD_CHILD = textwrap.dedent("""
     import json, resource, sys, time
-    import numpy as np, torch
-    torch.set_num_threads(1)
+    import numpy as np
+    from fedgca.threads import limit_threads
+    limit_threads(1)  # what `fedgca run` does
     from fedgca.config import RunConfig
     from fedgca.data.dataset import FederatedDataset
     from fedgca.simulation.federation import build_federation, memory_estimate

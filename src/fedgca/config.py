@@ -37,8 +37,8 @@ K_GRID = (10, 20, 40, 80)
 SEEDS = (100, 200, 300)
 
 
-def _opt(default, help: str, *, choices=None, preset: bool = False):
-    """A RunConfig field with its CLI help (``preset``: None means the dataset's SPEC preset)."""
+def _opt(default, help: str, *, choices=None, preset: str | None = None):
+    """A RunConfig field with its CLI help (``preset``: what None stands for, e.g. the dataset's SPEC preset)."""
     return field(default=default, metadata={"help": help, "choices": choices, "preset": preset})
 
 
@@ -50,9 +50,9 @@ class RunConfig:
     method: str = _opt("gca", "federated method", choices=METHODS)
     seed: int = _opt(100, "seed of every random draw (partition, init, batches, uploads, clustering)")
     rounds: int = _opt(100, "communication rounds R")
-    clients: int | None = _opt(None, "number of clients C", preset=True)
-    k: int | None = _opt(None, "number of clusters K (GCA)", preset=True)
-    rho: float | None = _opt(None, "upload fraction ρ ∈ (0, 1] (GCA)", preset=True)
+    clients: int | None = _opt(None, "number of clients C", preset="dataset preset")
+    k: int | None = _opt(None, "number of clusters K (GCA)", preset="dataset preset")
+    rho: float | None = _opt(None, "upload fraction ρ ∈ (0, 1] (GCA)", preset="dataset preset")
     recon_epochs: int = _opt(5, "GCA reconstruction epochs per round (the paper's evaluation points)")
     align_epochs: int = _opt(5, "GCA alignment epochs per round")
     local_epochs: int = _opt(10, "baselines' local epochs per round (GCA's 5 + 5)")
@@ -74,7 +74,7 @@ class RunConfig:
                           "or its validation rows (needs --val-fraction > 0)", choices=THRESHOLDS)
     eval_align_epochs: bool = _opt(False, "also evaluate after each alignment epoch (diagnostic)")
     fedprox_mu: float = _opt(1e-2, "FedProx μ ≥ 0")
-    fedprox_coef: float | None = _opt(None, "FedProx effective coefficient c ≥ 0 (default μ/(2B))", preset=True)
+    fedprox_coef: float | None = _opt(None, "FedProx effective coefficient c ≥ 0", preset="μ/(2B)")
     dp_clip: float = _opt(1.0, "DP-FedAvg clipping norm > 0")
     dp_sigma: float = _opt(1.0, "DP-FedAvg noise multiplier σ ≥ 0")
     dp_delta: float = _opt(1e-5, "DP-FedAvg δ ∈ (0, 1) for the reported ε")
@@ -102,8 +102,9 @@ class RunConfig:
 
     def validate(self) -> None:
         """Every field in range; the message names the option as the CLI spells it."""
-        for name in ("method", "backend", "weights", "partition", "baseline_eval", "optimizer_state", "threshold"):
-            _check_choice(self, name)
+        for f in dataclasses.fields(self):
+            if f.metadata.get("choices"):
+                _check_choice(self, f.name)
         _check(self, "seed", int, lambda v: v >= 0, "≥ 0")
         for name in ("rounds", "clients", "k", "batch_size", "lr_step"):
             _check(self, name, int, lambda v: v >= 1, "≥ 1")

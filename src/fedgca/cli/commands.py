@@ -8,39 +8,20 @@ from pathlib import Path
 
 from fedgca.cli.options import config_from_args
 from fedgca.config import RunConfig
+from fedgca.threads import limit_threads
 
 
 def default_out(cfg: RunConfig) -> Path:
     return Path("runs") / f"{cfg.dataset}-{cfg.method}-seed{cfg.seed}"
 
 
-def set_threads(n: int | None) -> int:
-    """torch intra-op threads for this process (default 1: small autoencoders gain nothing from more,
-    and a second busy process makes two-thread runs an order of magnitude slower)."""
-    import torch
-
-    n = 1 if n is None else n
-    if n < 1:
-        raise ValueError(f"--threads must be ≥ 1, got {n}")
-    torch.set_num_threads(n)
-    try:  # numpy/scipy's BLAS too (the GMM fit): its default of one thread per core oversubscribes
-        import scipy.linalg  # noqa: F401  (load the BLAS libraries so that the limit reaches them)
-        from threadpoolctl import threadpool_limits
-
-        _BLAS_LIMIT.append(threadpool_limits(n, user_api="blas"))
-    except ImportError:
-        pass
-    return n
-
-
-_BLAS_LIMIT: list = []  # keeps the limit in force for the life of the process
-
-
 def cmd_run(args) -> int:
     from fedgca.simulation.runner import run
 
     cfg = config_from_args(args)
-    set_threads(args.threads)
+    if args.threads < 1:
+        raise ValueError(f"--threads must be ≥ 1, got {args.threads}")
+    limit_threads(args.threads)
     out = Path(args.out) if args.out else default_out(cfg)
     summary = run(cfg, out, data_dir=args.data_dir, resume=args.resume)
     brief = {k: summary[k] for k in ("dataset", "method", "seed", "rounds", "wall_seconds")}

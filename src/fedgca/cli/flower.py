@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+from fedgca.cli.options import config_from_args
+
 
 def register(sub) -> None:
     from fedgca.cli.options import add_run_options
@@ -55,14 +57,6 @@ def _flower_options(p) -> None:
                    help="GCA: evaluate once per round only (not after every reconstruction epoch)")
 
 
-def _config(args):
-    from fedgca.cli.options import config_from_args
-
-    if getattr(args, "resume", False):
-        raise ValueError("--resume is not supported for Flower runs")
-    return config_from_args(args)
-
-
 def _options(args, out) -> dict:
     return {"out_dir": str(Path(out).resolve()), "reply_timeout": args.reply_timeout,
             "eval_recon_epochs": not args.no_eval_recon_epochs}
@@ -85,7 +79,7 @@ def _brief(summary: dict) -> str:
 def cmd_simulate(args) -> int:
     from fedgca.flower.simulation import simulate
 
-    cfg = _config(args)
+    cfg = config_from_args(args)
     out = _out(args, cfg, args.engine)
     opts = {k: v for k, v in _options(args, out).items() if k != "out_dir"}
     summary = simulate(cfg, out, engine=args.engine, data_dir=args.data_dir, **opts)
@@ -98,7 +92,7 @@ def cmd_app_dir(args) -> int:
     from fedgca.flower.config import to_run_config
     from fedgca.flower.deploy import deployment_commands, write_app
 
-    cfg = _config(args)
+    cfg = config_from_args(args)
     out = Path(args.out) if args.out else Path(args.dir) / "results"
     app = write_app(args.dir, to_run_config(cfg, **_options(args, out)))
     print(f"# Flower App project written to {app} (results of a run go to {out} on the SuperLink machine)")
@@ -121,7 +115,7 @@ def cmd_deploy_local(args) -> int:
     from fedgca.flower.config import to_run_config
     from fedgca.flower.deploy import LocalDeployment, write_app
 
-    cfg = _config(args)
+    cfg = config_from_args(args)
     out = _out(args, cfg, "deploy").resolve()
     work = out / "deployment"
     app = write_app(work / "app", to_run_config(cfg, **_options(args, out)))

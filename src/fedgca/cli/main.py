@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run one federation and write its results")
-    add_run_options(p)
+    add_run_options(p, in_process=True)
     p.set_defaults(func=commands.cmd_run)
 
     p = sub.add_parser("score", help="score new raw records with a client's saved detector")

@@ -18,8 +18,9 @@ def _type_of(f: dataclasses.Field):
     return str
 
 
-def add_run_options(p: argparse.ArgumentParser, *, resumable: bool = True) -> None:
-    """One option per RunConfig field, with its type, choices, help and default; plus data/out/threads."""
+def add_run_options(p: argparse.ArgumentParser, *, in_process: bool = False) -> None:
+    """One option per RunConfig field, with its type, choices, help and default; plus --data-dir and --out
+    (``in_process``: also --threads and --resume, which only the in-process simulator has)."""
     for f in dataclasses.fields(RunConfig):
         meta, kind = f.metadata, _type_of(f)
         flag = option_name(f.name)
@@ -30,7 +31,7 @@ def add_run_options(p: argparse.ArgumentParser, *, resumable: bool = True) -> No
         if required:
             default_text = "required"
         elif meta.get("preset"):
-            default_text = "default: dataset preset" if f.name != "fedprox_coef" else "default: derived"
+            default_text = f"default: {meta['preset']}"
         else:
             default_text = f"default: {f.default}"
         choices = meta.get("choices")
@@ -39,10 +40,10 @@ def add_run_options(p: argparse.ArgumentParser, *, resumable: bool = True) -> No
         p.add_argument(flag, type=kind, required=required, default=None, metavar=metavar, help=help_text)
     p.add_argument("--data-dir", help="dataset directory [default: $FEDGCA_DATA_DIR, else the user cache]")
     p.add_argument("--out", help="output directory [default: runs/<dataset>-<method>-seed<seed>]")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads for this run [default: 1 — small autoencoders gain nothing "
-                        "from more; run several runs side by side instead]")
-    if resumable:
+    if in_process:
+        p.add_argument("--threads", type=int, default=1,
+                       help="torch intra-op threads for this run [default: 1 — small autoencoders gain nothing "
+                            "from more; run several runs side by side instead]")
         p.add_argument("--resume", action="store_true", help="continue a killed run from its last completed round")
 
 

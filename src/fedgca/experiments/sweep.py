@@ -49,6 +49,7 @@ from fedgca import methods
 from fedgca.config import RunConfig
 from fedgca.protocol.fedprox import effective_coefficient
 from fedgca.rundir import CHECKPOINT, SUMMARY
+from fedgca.threads import limit_threads
 
 log = logging.getLogger("fedgca")
 
@@ -211,28 +212,9 @@ def status(root: Path, configs: list[RunConfig]) -> dict[str, str]:
     return out
 
 
-_LIMITS: list = []  # keeps the worker's thread limits alive
-
-
 def _worker_init(threads: int, verbose: bool) -> None:
     """Runs in each fresh worker process: thread budget, logging, and exit when the sweep dies."""
-    # BLAS on the tiny matrices of a tabular GMM (16×16 covariances) is several times slower with more
-    # than one thread when cores are shared; torch gets the run's share of the cores.
-    blas_env = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
-    user_set = any(v in os.environ for v in blas_env)
-    for v in blas_env:
-        os.environ.setdefault(v, "1")
-    import scipy.linalg  # noqa: F401  (load the BLAS libraries so that the limit reaches them)
-    import torch
-
-    torch.set_num_threads(threads)
-    if not user_set:
-        try:
-            from threadpoolctl import threadpool_limits
-
-            _LIMITS.append(threadpool_limits(1, user_api="blas"))
-        except ImportError:
-            pass
+    limit_threads(threads)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s [run %(process)d] %(message)s")
     parent = os.getppid()
