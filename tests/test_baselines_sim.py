@@ -51,3 +51,11 @@ def test_centralized_and_fedavg_agree_with_one_client(tmp_path, data_dir):
     b, mb = _run(tmp_path, "avg1", data_dir, method="fedavg", clients=1)
     assert a["final"]["accuracy"] == pytest.approx(b["final"]["accuracy"], abs=1e-6)
     assert a["final"]["auroc"] == pytest.approx(b["final"]["auroc"], abs=1e-6)
+
+
+def test_centralized_with_a_validation_split(tmp_path, data_dir):
+    """Centralized scores its one model on the pooled validation rows (this used to crash: one model against
+    C validation shards)."""
+    s, metrics = _run(tmp_path, "central", data_dir, method="centralized", val_fraction=0.1)
+    vals = [float(line.split(",")[7]) for line in metrics.splitlines()[1:]]
+    assert all(v > 0 for v in vals) and s["selected"]["rule"].startswith("round with the lowest")

@@ -121,12 +121,12 @@ def average_precision_rows(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def evaluate_clients(
     clients: StackedModels, shards: ClientShards, test_x: Tensor, test_y: np.ndarray, q: float,
-    threshold_shards: ClientShards | None = None,
+    threshold_scores: list[np.ndarray] | None = None,
 ) -> dict:
-    """Thresholds on each client's own training rows (or ``threshold_shards``: its validation rows), then
-    metrics on the shared test set."""
+    """Thresholds on each client's own training rows (or on ``threshold_scores``, e.g. its validation rows'
+    scores, which the caller already has), then metrics on the shared test set."""
     train = shard_scores(clients, shards)
-    thresholds = quantile_thresholds(train if threshold_shards is None else shard_scores(clients, threshold_shards), q)
+    thresholds = quantile_thresholds(train if threshold_scores is None else threshold_scores, q)
     result = detection_metrics(shared_scores(clients, test_x).numpy(), test_y, thresholds)
     result["per_client"]["train_error"] = [float(s.mean()) for s in train]
     result["train_error"] = mean_error(result["per_client"]["train_error"])

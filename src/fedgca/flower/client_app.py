@@ -29,7 +29,7 @@ from flwr.clientapp import ClientApp
 from fedgca import methods, seeding
 from fedgca.evaluation.metrics import (
     evaluate_clients,
-    quantile_thresholds,
+    quantile_threshold,
     shard_scores,
 )
 from fedgca.flower import data as node_data
@@ -103,23 +103,21 @@ def _shards(node) -> ClientShards:
 
 
 def _metrics(clients: StackedModels, node, cfg) -> dict:
-    """SPEC §5 for this client: threshold on its own training rows, metrics on its test rows."""
+    """SPEC §5 for this client: τ on its own training rows (or validation rows), metrics on its test rows."""
     shards = _shards(node)
-    tau = ClientShards.from_arrays([node.val]) if cfg.threshold == "val-quantile" and node.val is not None else None
+    val = shard_scores(clients, ClientShards.from_arrays([node.val])) if node.val is not None else None
+    tau_scores = val if cfg.threshold == "val-quantile" else None
     if node.test_x is not None and node.test_y is not None and len(np.unique(node.test_y)) == 2:
         res = evaluate_clients(clients, shards, torch.as_tensor(node.test_x, dtype=torch.float32), node.test_y,
-                               cfg.quantile, tau)
+                               cfg.quantile, tau_scores)
         out = {m: float(res["per_client"][m][0]) for m in ("accuracy", "auroc", "auprc")}
         out.update(train_error=float(res["train_error"]), threshold=float(res["thresholds"][0]))
     else:  # no labelled test rows on this node: detector threshold and training error only
         train = shard_scores(clients, shards)
-        tau_scores = train if tau is None else shard_scores(clients, tau)
         out = {"accuracy": float("nan"), "auroc": float("nan"), "auprc": float("nan"),
                "train_error": float(train[0].mean()),
-               "threshold": float(quantile_thresholds(tau_scores, cfg.quantile)[0])}
-    out["val_error"] = float("nan")
-    if node.val is not None:
-        out["val_error"] = float(shard_scores(clients, ClientShards.from_arrays([node.val]))[0].mean())
+               "threshold": quantile_threshold((train if tau_scores is None else tau_scores)[0], cfg.quantile)}
+    out["val_error"] = float(val[0].mean()) if val is not None else float("nan")
     return out
 
 

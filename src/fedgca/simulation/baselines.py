@@ -18,6 +18,11 @@ from fedgca.training.local import client_loss_term, local_training
 from fedgca.training.loop import ClientShards
 
 
+def _pool(shards: ClientShards) -> ClientShards:
+    """Every client's rows as one shard (the centralized reference's data)."""
+    return ClientShards.from_arrays([np.concatenate([shards.client(i).numpy() for i in range(shards.num_clients)])])
+
+
 class SingleClientSimulation(SimMethod):
     """Each client trains alone (R × local epochs in total); nothing is communicated."""
 
@@ -32,8 +37,8 @@ class CentralizedSimulation(SimMethod):
 
     def __init__(self, fed):
         super().__init__(fed)
-        pooled = np.concatenate([fed.shards.client(i).numpy() for i in range(fed.num_clients)])
-        self.pooled = ClientShards.from_arrays([pooled])
+        self.pooled = _pool(fed.shards)
+        self.pooled_val = _pool(fed.val_shards) if fed.val_shards is not None else None
 
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed = self.fed
@@ -45,11 +50,7 @@ class CentralizedSimulation(SimMethod):
         return self.pooled  # threshold on all training data (SPEC §5)
 
     def deployed_val_shards(self) -> ClientShards | None:
-        """--threshold val-quantile: the pooled validation rows."""
-        val = self.fed.val_shards
-        if val is None:
-            return None
-        return ClientShards.from_arrays([np.concatenate([val.client(i).numpy() for i in range(val.num_clients)])])
+        return self.pooled_val  # its validation error and --threshold val-quantile: all validation rows
 
 
 class FedAvgSimulation(SimMethod):

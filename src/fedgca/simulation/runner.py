@@ -123,13 +123,12 @@ def _effective_k_note(cfg: RunConfig, fed: Federation) -> str | None:
 def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
     clients = method.deployed_clients()
     shards = method.deployed_shards() if hasattr(method, "deployed_shards") else fed.shards
-    tau_shards = None
-    if fed.cfg.threshold == "val-quantile":
-        tau_shards = method.deployed_val_shards() if hasattr(method, "deployed_val_shards") else fed.val_shards
-    res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, fed.cfg.quantile, tau_shards)
+    val_shards = method.deployed_val_shards() if hasattr(method, "deployed_val_shards") else fed.val_shards
+    val = shard_scores(clients, val_shards) if val_shards is not None else None  # scored once: τ and val_error
+    tau_scores = val if fed.cfg.threshold == "val-quantile" else None
+    res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, fed.cfg.quantile, tau_scores)
     per_client = dict(res["per_client"])
-    per_client["val_error"] = ([float(s.mean()) for s in shard_scores(clients, fed.val_shards)]
-                               if fed.val_shards is not None else [float("nan")])
+    per_client["val_error"] = [float(s.mean()) for s in val] if val is not None else [float("nan")]
     return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.paper_phase(fed.cfg))
 
 
