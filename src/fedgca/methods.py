@@ -82,8 +82,8 @@ register(MethodSpec("centralized", "Centralized", "single-site", _LOCAL, f"{_BAS
 register(MethodSpec("fedavg", "FedAvg", "parameter-sharing", _SHARING, f"{_BASELINES}:FedAvgSimulation",
                     flower=True, attack="white-box"))
 register(MethodSpec("fedprox", "FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"},
-                    f"{_BASELINES}:FedProxSimulation", flower=True, attack="white-box"))
-register(MethodSpec("fednova", "FedNova", "parameter-sharing", _SHARING, f"{_BASELINES}:FedNovaSimulation",
+                    f"{_BASELINES}:FedAvgSimulation", flower=True, attack="white-box"))
+register(MethodSpec("fednova", "FedNova", "parameter-sharing", _SHARING, f"{_BASELINES}:FedAvgSimulation",
                     flower=True, attack="white-box"))
 register(MethodSpec("dpfedavg", "DP-FedAvg", "parameter-sharing", _SHARING | {"dp_clip", "dp_sigma", "dp_delta"},
                     f"{_BASELINES}:DPFedAvgSimulation", flower=True, attack="white-box"))

@@ -54,7 +54,11 @@ class CentralizedSimulation(SimMethod):
 
 
 class FedAvgSimulation(SimMethod):
-    """Clients start each round from the global model, train locally, upload parameters."""
+    """Clients start each round from the global model, train locally, upload parameters.
+
+    FedAvg, FedProx and FedNova: the method's client term (``training.local.client_loss_term``) and
+    server rule (``protocol.server_rules``) are looked up by name, as the Flower apps do.
+    """
 
     def __init__(self, fed):
         super().__init__(fed)
@@ -64,12 +68,7 @@ class FedAvgSimulation(SimMethod):
         # the white-box attack of SPEC §6 starts from the victim's round-R upload.
         self.last_upload = {k: torch.zeros_like(v.detach()) for k, v in fed.clients.params.items()}
         self.last_upload_round = [-1] * fed.num_clients
-
-    # -- the hook the variants override --
-    def server_rule(self, r: int, stacked, sizes):
-        new, _ = server_rules.aggregate(self.fed.cfg.method, r, self.global_params, stacked, sizes,
-                                        server_rules.RuleOptions.of(self.fed.cfg))
-        return new
+        self.clip_norms: list[list[float]] = []  # per round, the update norms a clipping server rule saw
 
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed, cfg = self.fed, self.fed.cfg
@@ -87,7 +86,10 @@ class FedAvgSimulation(SimMethod):
         for i in idx.tolist():
             self.last_upload_round[i] = r
         sizes = fed.shards.sizes[idx.numpy()]
-        self.global_params = self.server_rule(r, uploads, sizes)
+        self.global_params, norms = server_rules.aggregate(cfg.method, r, self.global_params, uploads, sizes,
+                                                           server_rules.RuleOptions.of(cfg))
+        if norms is not None:  # DP-FedAvg: how often updates were clipped
+            self.clip_norms.append(norms.tolist())
         fed.clients.set_all(self.global_params)  # every client evaluates/deploys the global model
         model_bytes = sum(v.nbytes for v in self.global_params.values())
         return CommRecord(
@@ -107,24 +109,8 @@ class FedAvgSimulation(SimMethod):
             self.last_upload, self.last_upload_round = state["last_upload"], state["last_upload_round"]
 
 
-class FedProxSimulation(FedAvgSimulation):
-    """FedAvg's round; the client adds the proximal term (``fedgca.training.local.client_loss_term``)."""
-
-
-class FedNovaSimulation(FedAvgSimulation):
-    """FedAvg's round with FedNova's server rule (``fedgca.protocol.server_rules``)."""
-
-
 class DPFedAvgSimulation(FedAvgSimulation):
-    def __init__(self, fed):
-        super().__init__(fed)
-        self.clip_norms: list[list[float]] = []
-
-    def server_rule(self, r, stacked, sizes):
-        new, norms = server_rules.aggregate("dpfedavg", r, self.global_params, stacked, sizes,
-                                            server_rules.RuleOptions.of(self.fed.cfg))
-        self.clip_norms.append(norms.tolist())
-        return new
+    """FedAvg with DP-FedAvg's server rule; it also reports the accounting and how often updates were clipped."""
 
     def summary_extra(self) -> dict:
         cfg = self.fed.cfg

@@ -107,10 +107,9 @@ def _effective_k_note(cfg: RunConfig, fed: Federation) -> str | None:
     """GCA clusters at most as many codes as the clients upload; say so when K asks for more."""
     if cfg.method != "gca":
         return None
-    per_round = sum(upload_size(int(n), cfg.rho) for n in fed.shards.sizes)
-    if cfg.participation < 1:
-        per_round = sum(sorted((upload_size(int(n), cfg.rho) for n in fed.shards.sizes), reverse=True)[
-            :num_participants(cfg.participation, fed.num_clients)])
+    # the most codes a round can bring: the ⌊φC⌋ largest uploads (all of them when φ = 1)
+    sizes = sorted((upload_size(int(n), cfg.rho) for n in fed.shards.sizes), reverse=True)
+    per_round = sum(sizes[:num_participants(cfg.participation, fed.num_clients)])
     if per_round == 0:
         raise ValueError(f"--rho {cfg.rho}: no client uploads a code (⌊ρ·N_i⌋ = 0 for every client); "
                          "raise --rho")
