@@ -174,19 +174,22 @@ def group_runs(runs: list[Run]) -> dict[tuple, list[Group]]:
     return {s: list(g.values()) for s, g in by.items()}
 
 
-def k_star(groups: list[Group]) -> Group | None:
-    """SPEC §5 rule: the K ∈ {10, 20, 40, 80} with the highest mean peak accuracy; exact ties → smaller K.
-
-    ``groups`` are one backend's runs at different K (same everything else).
-    When none of them is at a grid K, every K present is a candidate.
-    """
-    cands = [g for g in groups if g.k in K_GRID] or list(groups)
+def k_star_of(mean_peak: dict[int, float]) -> int | None:
+    """SPEC §5 rule over {K: mean peak accuracy}: the K ∈ {10, 20, 40, 80} with the highest mean;
+    exact ties → smaller K. When none of them is at a grid K, every K present is a candidate."""
+    cands = {k: m for k, m in mean_peak.items() if k in K_GRID} or dict(mean_peak)
     best = None
-    for g in sorted(cands, key=lambda g: g.k):
-        m = g.exact_mean("peak", "accuracy")
-        if math.isfinite(m) and (best is None or m > best[0]):  # strictly greater: ties keep the smaller K
-            best = (m, g)
-    return best[1] if best else None
+    for k in sorted(cands):
+        if math.isfinite(cands[k]) and (best is None or cands[k] > cands[best]):  # ties keep the smaller K
+            best = k
+    return best
+
+
+def k_star(groups: list[Group]) -> Group | None:
+    """``k_star_of`` over one backend's groups at different K (same everything else)."""
+    by_k = {g.k: g for g in groups}
+    k = k_star_of({k: g.exact_mean("peak", "accuracy") for k, g in by_k.items()})
+    return by_k.get(k) if k is not None else None
 
 
 def _variant_labels(groups: list[Group]) -> dict[tuple, str]:
