@@ -13,11 +13,8 @@ import math
 import numpy as np
 
 from fedgca.evaluation.metrics import mean_error
-from fedgca.evaluation.selection import protocol_results
+from fedgca.evaluation.selection import DETECTION, protocol_results
 from fedgca.provenance import code_version
-
-DETECTION = ("accuracy", "auroc", "auprc")
-METRIC_KEYS = (*DETECTION, "train_error", "val_error")
 
 
 def metric_row(r: int, phase: str, epoch: int, per_client: dict[str, list], *, paper_phase: str,

@@ -5,12 +5,13 @@ Both drivers (the simulator and the Flower ServerApp) write metrics.csv with
 """
 from __future__ import annotations
 
-METRIC_FIELDS = ["round", "phase", "epoch", "accuracy", "auroc", "auprc", "train_error", "val_error", "paper"]
-METRICS = ("accuracy", "auroc", "auprc")
+DETECTION = ("accuracy", "auroc", "auprc")  # the detection metrics, mean over clients
+METRIC_KEYS = (*DETECTION, "train_error", "val_error")  # every figure of an evaluation
+METRIC_FIELDS = ["round", "phase", "epoch", *METRIC_KEYS, "paper"]  # metrics.csv's columns
 
 
 def _pick(row: dict, **extra) -> dict:
-    return {**{m: row[m] for m in METRICS}, "round": row["round"], "phase": row["phase"],
+    return {**{m: row[m] for m in DETECTION}, "round": row["round"], "phase": row["phase"],
             "epoch": row["epoch"], **extra}
 
 

@@ -32,6 +32,7 @@ from fedgca.evaluation.metrics import (
     quantile_threshold,
     shard_scores,
 )
+from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import data as node_data
 from fedgca.flower import owndata
 from fedgca.flower.records import (
@@ -110,7 +111,7 @@ def _metrics(clients: StackedModels, node, cfg) -> dict:
     if node.test_x is not None and node.test_y is not None and len(np.unique(node.test_y)) == 2:
         res = evaluate_clients(clients, shards, torch.as_tensor(node.test_x, dtype=torch.float32), node.test_y,
                                cfg.quantile, tau_scores)
-        out = {m: float(res["per_client"][m][0]) for m in ("accuracy", "auroc", "auprc")}
+        out = {m: float(res["per_client"][m][0]) for m in DETECTION}
         out.update(train_error=float(res["train_error"]), threshold=float(res["thresholds"][0]))
     else:  # no labelled test rows on this node: detector threshold and training error only
         train = shard_scores(clients, shards)
@@ -277,6 +278,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     values.update({k.replace("_", "-"): v for k, v in _metrics(clients, node, cfg).items()})
     evals = _pending(context, r) if cfg.method == "gca" else {"recon": [], "align": []}
     for phase in ("recon", "align"):
-        for m in ("accuracy", "auroc", "auprc", "train_error", "val_error"):
+        for m in METRIC_KEYS:
             values[f"{phase}-{m.replace('_', '-')}"] = [float(e[m]) for e in evals[phase]]
     return _reply(msg, **{METRICS: MetricRecord(values)})

@@ -36,6 +36,7 @@ from flwr.serverapp import Grid
 
 from fedgca import methods, runrecord
 from fedgca.config import RunConfig
+from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.recorder import Recorder
@@ -55,9 +56,7 @@ from fedgca.models import param_count
 from fedgca.protocol import sampling
 
 log = logging.getLogger("fedgca.flower")
-METRICS_KEYS = ("accuracy", "auroc", "auprc", "train_error", "val_error")
 POLL_SECONDS = 0.2
-PARAMETER_METHODS = methods.names("parameter-sharing", flower=True)
 
 
 @dataclass(frozen=True)
@@ -292,9 +291,9 @@ class FlowerServer:
             c = by_node[node]
             try:
                 m = dict(rep.content[METRICS])
-                out[c.client_id] = {k: m[k.replace("_", "-")] for k in METRICS_KEYS} | {
+                out[c.client_id] = {k: m[k.replace("_", "-")] for k in METRIC_KEYS} | {
                     f"{p}_{k}": list(m.get(f"{p}-{k.replace('_', '-')}", [])) for p in ("recon", "align")
-                    for k in METRICS_KEYS}
+                    for k in METRIC_KEYS}
             except (KeyError, TypeError) as e:
                 self.reject("evaluate", r, c, f"malformed metrics ({e})")
         return out
@@ -322,9 +321,9 @@ class FlowerServer:
         self.rec.metrics_csv(self.rows)
         self.rec.write("comm.json", self.comm)
         last = rows[-1] if rows else {}
-        self.rec.round({**comm, **{m: last.get(m) for m in ("accuracy", "auroc", "auprc")}})
+        self.rec.round({**comm, **{m: last.get(m) for m in DETECTION}})
         log.info("round %d/%d done in %.2f s: %s", r + 1, self.cfg.rounds, comm["wall_seconds"],
-                 ", ".join(f"{m} {last[m]:.4f}" for m in ("accuracy", "auroc", "auprc") if m in last))
+                 ", ".join(f"{m} {last[m]:.4f}" for m in DETECTION if m in last))
 
     def summary(self, wall: float, extra: dict | None = None) -> dict:
         cfg = self.cfg
@@ -353,11 +352,11 @@ def _first_line(text) -> str:
 def _epoch(v: dict, phase: str, e: int) -> dict:
     """A client's metrics after epoch e of a phase; a client that did not train this round has its round metrics."""
     if len(v[f"{phase}_accuracy"]) > e:
-        return {k: v[f"{phase}_{k}"][e] for k in METRICS_KEYS}
-    return {k: v[k] for k in METRICS_KEYS}
+        return {k: v[f"{phase}_{k}"][e] for k in METRIC_KEYS}
+    return {k: v[k] for k in METRIC_KEYS}
 
 
 def _row(r: int, phase: str, epoch: int, per_client: dict[int, dict], paper_phase: str) -> dict:
     ids = sorted(per_client)
-    vals = {k: [float(per_client[i][k]) for i in ids] for k in METRICS_KEYS}
+    vals = {k: [float(per_client[i][k]) for i in ids] for k in METRIC_KEYS}
     return runrecord.metric_row(r, phase, epoch, vals, paper_phase=paper_phase, client_ids=ids)

@@ -8,6 +8,7 @@ import numpy as np
 
 from fedgca import methods
 from fedgca.config import DATASET_PRESETS
+from fedgca.evaluation.selection import DETECTION
 from fedgca.tabletext import csv_text
 
 METHOD_LABELS = {name: spec.label for name, spec in methods.REGISTRY.items()}
@@ -65,8 +66,8 @@ def pivot_rows(summaries: list[dict], protocol: str, metric: str, columns: list[
 def raw_csv(summaries: list[dict]) -> str:
     """One line per run: the figures behind every table."""
     fields = ["dataset", "method", "seed", "rounds", "k", "backend", "weights", "partition"]
-    metrics = [f"{p}_{m}" for p in ("peak", "final", "selected") for m in ("accuracy", "auroc", "auprc")]
+    metrics = [f"{p}_{m}" for p in ("peak", "final", "selected") for m in DETECTION]
     body = [[s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected")
-                                          for m in ("accuracy", "auroc", "auprc")] + [s["wall_seconds"]]
+                                          for m in DETECTION] + [s["wall_seconds"]]
             for s in summaries]
     return csv_text(fields + metrics + ["wall_seconds"], body)
