@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +36,7 @@ class Recorder:
 
     def write(self, name: str, value) -> None:
         if self.out is not None:
-            tmp = self.out / (name + ".tmp")
-            tmp.write_text(json.dumps(value, indent=2, default=_jsonable))
-            os.replace(tmp, self.out / name)
+            rundir.atomic_write_text(self.out / name, json.dumps(value, indent=2, default=_jsonable), durable=False)
 
     def metrics_csv(self, rows: list[dict]) -> None:
         if self.out is None:

@@ -17,7 +17,8 @@ from fedgca.protocol.gca import (
     alignment_weights,
     sample_upload,
 )
-from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
+from fedgca.protocol.losses import masked_batch_mean
+from fedgca.training.local import reconstruction_loss
 from fedgca.training.loop import ClientShards, LossFn, run_epoch
 from fedgca.training.stacked import StackedModels
 
@@ -30,15 +31,6 @@ def gca_config(cfg, kind: str) -> GCAConfig:
         cluster_preset="tabular" if kind == "tabular" else "vision",
         gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.weight_eps, uniform_weights=cfg.weights == "uniform",
     )
-
-
-def reconstruction_loss(clients: StackedModels, n_feature_dims: int) -> LossFn:
-    """Phase 1 loss L_recon per client."""
-
-    def loss(xb: Tensor, mask: Tensor) -> Tensor:
-        return masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
-
-    return loss
 
 
 def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -> LossFn:

@@ -1,13 +1,24 @@
-"""Local training of parameter-sharing and single-site methods (SPEC §2): E epochs of Adam on L_recon."""
+"""L_recon training over a stack of client models (SPEC §1 Phase 1, SPEC §2 local training): E epochs of Adam."""
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from fedgca import seeding
 from fedgca.protocol import fedprox
 from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
-from fedgca.training.loop import ClientShards, run_epoch
+from fedgca.training.loop import ClientShards, LossFn, run_epoch
 from fedgca.training.stacked import StackedModels
+
+
+def reconstruction_loss(clients: StackedModels, n_feature_dims: int, extra_loss=None) -> LossFn:
+    """L_recon per client (GCA's Phase 1 and every local training), plus an optional per-client term."""
+
+    def loss(xb: Tensor, mask: Tensor) -> Tensor:
+        value = masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
+        return value if extra_loss is None else value + extra_loss()
+
+    return loss
 
 
 def local_training(clients: StackedModels, shards: ClientShards, seed: int, r: int, epochs: int,
@@ -17,12 +28,7 @@ def local_training(clients: StackedModels, shards: ClientShards, seed: int, r: i
     ``client_ids`` are the slots' global client ids (which key the batch order);
     default: slot i is client i. A Flower client (one slot) passes its own id.
     """
-    n_feature_dims = shards.x.dim() - 2
-
-    def loss(xb, mask):
-        value = masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
-        return value if extra_loss is None else value + extra_loss()
-
+    loss = reconstruction_loss(clients, shards.x.dim() - 2, extra_loss)
     ids = range(shards.num_clients) if client_ids is None else client_ids
     for e in range(epochs):
         run_epoch(clients, shards, seeding.client_rngs(seed, "local", (r, e), ids), batch_size, loss,
