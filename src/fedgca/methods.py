@@ -61,7 +61,7 @@ def paper_phase(cfg) -> str:
     """The metric rows the paper's peak is taken over for this run (``--baseline-eval local``: the
     parameter-sharing clients' pre-aggregation evaluations)."""
     spec = get(cfg.method)
-    if spec.family == "parameter-sharing" and getattr(cfg, "baseline_eval", "global") == "local":
+    if spec.family == "parameter-sharing" and cfg.baseline_eval == "local":
         return "local"
     return spec.paper_phase
 
