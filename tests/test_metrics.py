@@ -68,3 +68,17 @@ def test_image_scores_do_not_depend_on_the_pass_size(monkeypatch):
     chunked = m.shared_scores(clients, x)
     monkeypatch.setattr(m, "chunk_rows", lambda num_clients, row_shape: 1 << 30)
     torch.testing.assert_close(chunked, m.shared_scores(clients, x), rtol=1e-5, atol=1e-7)
+
+
+def test_one_global_model_is_scored_once_with_the_same_result(data_dir):
+    """A baseline's global model in every slot: scoring the test set once gives exactly the per-client result."""
+    from fedgca.config import RunConfig
+    from fedgca.evaluation.metrics import evaluate_clients
+    from fedgca.simulation.federation import build_federation
+
+    fed = build_federation(RunConfig(dataset="magic", method="fedavg").resolved(), data_dir)
+    fed.clients.set_all(fed.clients.client_state_dict(3))
+    args = (fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, 0.75)
+    once, per_client = evaluate_clients(*args, one_model=True), evaluate_clients(*args, one_model=False)
+    assert once == per_client
+    assert len(set(once["thresholds"])) == fed.num_clients  # τ_i still differ per client

@@ -8,6 +8,15 @@ from __future__ import annotations
 
 import os
 
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. under ``taskset``), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
 _BLAS_ENV = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 _LIMITS: list = []  # keeps the BLAS limit in force for the life of the process
 

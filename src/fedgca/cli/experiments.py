@@ -6,9 +6,9 @@ from pathlib import Path
 
 
 def _cores() -> int:
-    import os
+    from fedgca.threads import available_cores
 
-    return os.cpu_count() or 1
+    return available_cores()
 
 
 def _csv(kind=str):

@@ -74,15 +74,20 @@ def mean_error(per_client_means) -> float:
 
 
 def detection_metrics(test_scores: np.ndarray, test_y: np.ndarray, thresholds: np.ndarray) -> dict:
-    """Accuracy at each client's threshold, AUROC and AUPRC (anomaly = positive), mean over clients."""
+    """Accuracy at each client's threshold, AUROC and AUPRC (anomaly = positive), mean over clients.
+
+    ``test_scores`` is [C, M], or [1, M] when every client deploys the same model (only τ_i differ).
+    """
     scores = np.asarray(test_scores, dtype=np.float64)
+    thresholds = np.asarray(thresholds)
     y = np.asarray(test_y).astype(bool)
     finite = np.isfinite(scores).all(axis=1)  # a diverged client gets NaN, not a crash
     safe = np.where(finite[:, None], scores, 0.0)
+    n = len(thresholds)
     per_client = {
-        "accuracy": ((scores > np.asarray(thresholds)[:, None]) == y).mean(axis=1),
-        "auroc": np.where(finite, auroc_rows(safe, y), np.nan),
-        "auprc": np.where(finite, average_precision_rows(safe, y), np.nan),
+        "accuracy": ((scores > thresholds[:, None]) == y).mean(axis=1),
+        "auroc": np.broadcast_to(np.where(finite, auroc_rows(safe, y), np.nan), (n,)),
+        "auprc": np.broadcast_to(np.where(finite, average_precision_rows(safe, y), np.nan), (n,)),
     }
     summary = {k: float(np.mean(v)) for k, v in per_client.items()}
     summary["per_client"] = {k: v.tolist() for k, v in per_client.items()}
@@ -121,13 +126,18 @@ def average_precision_rows(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def evaluate_clients(
     clients: StackedModels, shards: ClientShards, test_x: Tensor, test_y: np.ndarray, q: float,
-    threshold_scores: list[np.ndarray] | None = None,
+    threshold_scores: list[np.ndarray] | None = None, one_model: bool = False,
 ) -> dict:
     """Thresholds on each client's own training rows (or on ``threshold_scores``, e.g. its validation rows'
-    scores, which the caller already has), then metrics on the shared test set."""
+    scores, which the caller already has), then metrics on the shared test set.
+
+    ``one_model``: every slot holds the same model (a parameter-sharing baseline's global model), so the
+    test set is scored once, not once per client; only the thresholds differ.
+    """
     train = shard_scores(clients, shards)
     thresholds = quantile_thresholds(train if threshold_scores is None else threshold_scores, q)
-    result = detection_metrics(shared_scores(clients, test_x).numpy(), test_y, thresholds)
+    scorer = clients.slot_view(0) if one_model else clients
+    result = detection_metrics(shared_scores(scorer, test_x).numpy(), test_y, thresholds)
     result["per_client"]["train_error"] = [float(s.mean()) for s in train]
     result["train_error"] = mean_error(result["per_client"]["train_error"])
     result["thresholds"] = thresholds.tolist()

@@ -49,7 +49,7 @@ from fedgca import methods
 from fedgca.config import RunConfig
 from fedgca.protocol.fedprox import effective_coefficient
 from fedgca.rundir import CHECKPOINT, SUMMARY
-from fedgca.threads import limit_threads
+from fedgca.threads import available_cores, limit_threads
 
 log = logging.getLogger("fedgca")
 
@@ -317,7 +317,7 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         return result
 
     workers = max(1, min(int(workers), len(todo)))
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, available_cores() // workers)
     ctx = multiprocessing.get_context("spawn")
     pending, suspects = list(todo), []
     while pending or suspects:

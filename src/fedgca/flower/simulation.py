@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fedgca.config import RunConfig
 from fedgca.flower.config import to_run_config
+from fedgca.threads import available_cores
 
 ENGINES = ("inprocess", "ray")
 
@@ -78,4 +79,4 @@ def _run_ray(server_app, client_app, cfg: RunConfig, data_dir) -> None:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": max(1, os.cpu_count() or 1)}})
+                                   "init_args": {"num_cpus": available_cores()}})

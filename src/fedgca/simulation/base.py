@@ -29,6 +29,9 @@ class SimMethod:
     method keeps between rounds beyond the client models (e.g. a global model).
     """
 
+    # After run_round every slot holds the same model (a global model): the test set is scored once.
+    deploys_one_model = False
+
     def __init__(self, fed):
         self.fed = fed
 

@@ -60,6 +60,8 @@ class FedAvgSimulation(SimMethod):
     server rule (``protocol.server_rules``) are looked up by name, as the Flower apps do.
     """
 
+    deploys_one_model = True
+
     def __init__(self, fed):
         super().__init__(fed)
         self.global_params = fed.clients.client_state_dict(0)  # θ^(0): one model for everyone

@@ -125,7 +125,9 @@ def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
     val_shards = method.deployed_val_shards() if hasattr(method, "deployed_val_shards") else fed.val_shards
     val = shard_scores(clients, val_shards) if val_shards is not None else None  # scored once: τ and val_error
     tau_scores = val if fed.cfg.threshold == "val-quantile" else None
-    res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, fed.cfg.quantile, tau_scores)
+    one_model = method.deploys_one_model and phase == "round"  # "local": the pre-aggregation models differ
+    res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, fed.cfg.quantile, tau_scores,
+                           one_model=one_model)
     per_client = dict(res["per_client"])
     per_client["val_error"] = [float(s.mean()) for s in val] if val is not None else [float("nan")]
     return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.paper_phase(fed.cfg))

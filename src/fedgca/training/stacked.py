@@ -199,6 +199,15 @@ class StackedModels:
         model.load_state_dict(self.client_state_dict(i))
         return model
 
+    def slot_view(self, i: int) -> "StackedModels":
+        """Client i's parameters (shared, not copied) as a one-client stack for forward passes only."""
+        view = copy.copy(self)
+        view.num_clients = 1
+        view.params = {k: v[i : i + 1].detach() for k, v in self.params.items()}
+        view.optim = None
+        view._encode, view._decode = view._stacked("encoder"), view._stacked("decoder")
+        return view
+
     def client_stack(self, i: int, template: nn.Module) -> "StackedModels":
         """Client i alone — parameters and Adam state — as a one-client stack that trains on as it would."""
         solo = StackedModels([self.client_model(i, template)], self.optim.cfg)
