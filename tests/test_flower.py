@@ -60,6 +60,7 @@ def test_gca_flower_simulation_matches_simulator(tmp_path, data_dir):
     sim_round = [r for r in ckpt["rows"] if r["phase"] == "round"]
     fl_rounds = [json.loads(line) for line in (tmp_path / "flower" / "rounds.jsonl").read_text().splitlines()]
     assert [r["took_part"] for r in fl_rounds] == [[0, 1, 2], [0, 1, 2]]
+    assert [r["exchanges"] for r in fl_rounds] == [2, 2]  # the evaluation travels with the alignment reply
     comm = json.loads((tmp_path / "flower" / "comm.json").read_text())
     assert [c["participants"] for c in comm] == [[0, 1, 2]] * 2
     for r in sim_round:
@@ -155,7 +156,7 @@ def test_restarted_node_rejoins_with_its_client_id(tmp_path, data_dir):
             kinds = {(m.metadata.group_id, m.metadata.message_type) for m in messages}
             if ("2", "train") in kinds:
                 self.down.add(1002)  # the node crashes
-            if ("2", "evaluate") in kinds and 1003 not in self.contexts:  # and is restarted: a new node id
+            if ("2", "train.align") in kinds and 1003 not in self.contexts:  # and is restarted: a new node id
                 old = self.contexts[1002]
                 self.contexts[1003] = Context(run_id=old.run_id, node_id=1003, node_config=dict(old.node_config),
                                               state=RecordDict(), run_config=dict(old.run_config))
@@ -379,3 +380,14 @@ def test_cli_simulate(tmp_path, data_dir, capsys):
     brief = json.loads(capsys.readouterr().out)
     assert brief["clients"] == 2 and 0 <= brief["final"]["accuracy"] <= 1
     assert (tmp_path / "summary.json").exists() and (tmp_path / "messages.jsonl").exists()
+
+
+def test_client_app_imports_neither_scikit_learn_nor_scipy_stats():
+    """A ClientApp process starts per message: it must not pay for the server's clustering stack."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fedgca.flower.client_app; "
+            "print(sorted(m for m in ('sklearn', 'scipy.stats') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

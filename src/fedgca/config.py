@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from fedgca import methods
+from fedgca.data import VISION
 from fedgca.protocol.fedprox import effective_coefficient
 
 # SPEC §4 table: (clients C, K*, upload fraction ρ) per dataset.
@@ -77,13 +78,20 @@ class RunConfig:
     fedprox_coef: float | None = _opt(None, "FedProx effective coefficient c ≥ 0", preset="μ/(2B)")
     dp_clip: float = _opt(1.0, "DP-FedAvg clipping norm > 0")
     dp_sigma: float = _opt(1.0, "DP-FedAvg noise multiplier σ ≥ 0")
-    dp_delta: float = _opt(1e-5, "DP-FedAvg δ ∈ (0, 1) for the reported ε")
+    dp_delta: float = _opt(1e-5, "δ ∈ (0, 1) of the reported ε (DP-FedAvg, DP-GCA, DP-SGD-FedAvg)")
     # Protocol variants of the parameter-sharing baselines (defaults: the paper's text).
     baseline_eval: str = _opt("global", "parameter sharing: evaluate the global model after aggregation (the "
                               "paper's text) or each client's model after local training, before aggregation",
                               choices=BASELINE_EVALS)
     optimizer_state: str = _opt("keep", "parameter sharing: clients keep Adam's state across rounds, or start "
                                 "each round with a fresh Adam", choices=OPTIMIZER_STATES)
+    # Record-level DP (DP-GCA, DP-SGD-FedAvg; docs/DP.md).
+    dp_grad_clip: float = _opt(1.0, "DP-SGD per-example gradient clipping norm S_g > 0")
+    dp_grad_sigma: float = _opt(1.0, "DP-SGD noise multiplier σ_g ≥ 0 (ignored with --target-epsilon)")
+    dp_code_clip: float = _opt(1.0, "DP-GCA code clipping norm C_z > 0")
+    dp_code_sigma: float = _opt(1.0, "DP-GCA code noise multiplier σ_z ≥ 0 (ignored with --target-epsilon)")
+    target_epsilon: float | None = _opt(None, "record-level ε to calibrate σ_g = σ_z to, at --dp-delta",
+                                        preset="use the σ's as given")
 
     def resolved(self) -> "RunConfig":
         """Fill dataset presets and validate every field (ValueError naming the option)."""
@@ -110,8 +118,9 @@ class RunConfig:
             _check(self, name, int, lambda v: v >= 1, "≥ 1")
         for name in ("align_epochs", "local_epochs"):
             _check(self, name, int, lambda v: v >= 0, "≥ 0")
-        _check(self, "recon_epochs", int, lambda v: v >= (1 if self.method == "gca" else 0),
-               "≥ 1 for GCA (the paper evaluates after every reconstruction epoch)" if self.method == "gca" else "≥ 0")
+        gca = methods.get(self.method).family == "gca"
+        _check(self, "recon_epochs", int, lambda v: v >= (1 if gca else 0),
+               "≥ 1 for GCA (the paper evaluates after every reconstruction epoch)" if gca else "≥ 0")
         _check(self, "eval_align_epochs", bool, lambda v: True, "")
         for name in ("rho", "participation", "lr_gamma"):
             _check(self, name, float, lambda v: 0 < v <= 1, "in (0, 1]")
@@ -120,9 +129,14 @@ class RunConfig:
         _check(self, "val_fraction", float, lambda v: 0 <= v < 1, "in [0, 1)")
         if self.threshold == "val-quantile" and not self.val_fraction > 0:
             raise ValueError("--threshold val-quantile needs a validation split: set --val-fraction > 0")
-        for name in ("lr", "w_max", "weight_eps", "alpha", "dp_clip"):
+        for name in ("lr", "w_max", "weight_eps", "alpha", "dp_clip", "dp_grad_clip", "dp_code_clip"):
             _check(self, name, float, lambda v: v > 0, "> 0")
-        for name in ("gamma", "fedprox_mu", "fedprox_coef", "dp_sigma"):
+        if methods.get(self.method).record_dp and self.dataset in VISION:
+            raise ValueError(f"--method {self.method}: DP-SGD is implemented for the tabular (MLP) autoencoder; "
+                             f"{self.dataset} uses the conv autoencoder")
+        if self.target_epsilon is not None:
+            _check(self, "target_epsilon", float, lambda v: v > 0, "> 0")
+        for name in ("gamma", "fedprox_mu", "fedprox_coef", "dp_sigma", "dp_grad_sigma", "dp_code_sigma"):
             _check(self, name, float, lambda v: v >= 0, "≥ 0")
 
     def to_dict(self) -> dict:
@@ -154,7 +168,9 @@ class RunConfig:
 
 
 # Options added after runs were committed, with the default that reproduces those runs.
-ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile"}
+ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile",
+               "dp_grad_clip": 1.0, "dp_grad_sigma": 1.0, "dp_code_clip": 1.0, "dp_code_sigma": 1.0,
+               "target_epsilon": None}
 
 
 def option_name(name: str) -> str:

@@ -19,6 +19,7 @@ _GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weight
                   "eval_align_epochs"})
 _LOCAL = frozenset({"local_epochs"})
 _SHARING = _LOCAL | {"baseline_eval", "optimizer_state"}  # the protocol variants of parameter sharing
+_RECORD_DP = frozenset({"dp_grad_clip", "dp_grad_sigma", "target_epsilon", "dp_delta"})
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class MethodSpec:
     flower: bool  # runs as a Flower ServerApp/ClientApp pair
     attack: str | None  # SPEC §6 threat model: "white-box" (parameters), "latent" (codes), None (nothing sent)
     paper_phase: str = "round"  # the metric rows the paper's peak is taken over
+    server_rule: str | None = None  # parameter sharing: the rule of ``protocol.server_rules``
+    record_dp: bool = False  # local training is DP-SGD and everything released is accounted (``fedgca.privacy``)
+    in_paper: bool = True  # one of the paper's seven methods (``compare``'s default set)
 
     @property
     def options(self) -> frozenset:
@@ -66,11 +70,18 @@ def paper_phase(cfg) -> str:
     return spec.paper_phase
 
 
-def names(family: str | None = None, *, flower: bool | None = None, attack: bool | None = None) -> tuple[str, ...]:
+def is_gca(name: str) -> bool:
+    """GCA or a variant of it (DP-GCA): clients keep their own models and upload codes."""
+    return get(name).family == "gca"
+
+
+def names(family: str | None = None, *, flower: bool | None = None, attack: bool | None = None,
+          in_paper: bool | None = None) -> tuple[str, ...]:
     """Registered method names in table order, optionally filtered."""
     return tuple(s.name for s in REGISTRY.values()
                  if (family is None or s.family == family) and (flower is None or s.flower == flower)
-                 and (attack is None or (s.attack is not None) == attack))
+                 and (attack is None or (s.attack is not None) == attack)
+                 and (in_paper is None or s.in_paper == in_paper))
 
 
 _BASELINES = "fedgca.simulation.baselines"
@@ -80,12 +91,19 @@ register(MethodSpec("single", "Single-Client", "single-site", _LOCAL, f"{_BASELI
 register(MethodSpec("centralized", "Centralized", "single-site", _LOCAL, f"{_BASELINES}:CentralizedSimulation",
                     flower=False, attack=None))
 register(MethodSpec("fedavg", "FedAvg", "parameter-sharing", _SHARING, f"{_BASELINES}:FedAvgSimulation",
-                    flower=True, attack="white-box"))
+                    flower=True, attack="white-box", server_rule="fedavg"))
 register(MethodSpec("fedprox", "FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"},
-                    f"{_BASELINES}:FedAvgSimulation", flower=True, attack="white-box"))
+                    f"{_BASELINES}:FedAvgSimulation", flower=True, attack="white-box", server_rule="fedavg"))
 register(MethodSpec("fednova", "FedNova", "parameter-sharing", _SHARING, f"{_BASELINES}:FedAvgSimulation",
-                    flower=True, attack="white-box"))
+                    flower=True, attack="white-box", server_rule="fednova"))
 register(MethodSpec("dpfedavg", "DP-FedAvg", "parameter-sharing", _SHARING | {"dp_clip", "dp_sigma", "dp_delta"},
-                    f"{_BASELINES}:DPFedAvgSimulation", flower=True, attack="white-box"))
+                    f"{_BASELINES}:DPFedAvgSimulation", flower=True, attack="white-box", server_rule="dpfedavg"))
 register(MethodSpec("gca", "GCA", "gca", _GCA, "fedgca.simulation.gca:GCASimulation", flower=True, attack="latent",
                     paper_phase="recon"))
+# Beyond the paper: record-level DP (docs/DP.md), DP-GCA and its matched parameter-sharing baseline.
+register(MethodSpec("dpsgd-fedavg", "DP-SGD-FedAvg", "parameter-sharing", _SHARING | _RECORD_DP,
+                    f"{_BASELINES}:FedAvgSimulation", flower=True, attack="white-box", server_rule="fedavg",
+                    record_dp=True, in_paper=False))
+register(MethodSpec("dpgca", "DP-GCA", "gca", _GCA | _RECORD_DP | {"dp_code_clip", "dp_code_sigma"},
+                    "fedgca.simulation.gca:GCASimulation", flower=True, attack="latent", paper_phase="recon",
+                    record_dp=True, in_paper=False))

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from fedgca import privacy
 from fedgca.evaluation.metrics import mean_error
 from fedgca.evaluation.selection import DETECTION, protocol_results
 from fedgca.provenance import code_version
@@ -54,5 +55,8 @@ def summary(cfg, *, clients: int, input_shape, latent_dim: int, param_count: int
     }
     if rows:
         s.update(protocol_results(rows, has_validation))
+    record_dp = privacy.accounting(cfg, client_sizes)
+    if record_dp is not None:
+        s["dp"] = record_dp
     s.update(extra or {})
     return s

@@ -7,10 +7,11 @@ Threat models (what the honest-but-curious server holds):
   last upload of every client in its checkpoint; DP-FedAvg's server clips and
   noises *after* receiving it, FedNova's server recovers θ_i from d_i and τ_i).
   White-box inversion of that autoencoder.
-* gca: only codes. From its round-R checkpoint the victim runs 5 more
+* gca, dpgca: only codes. From its round-R checkpoint the victim runs 5 more
   reconstruction epochs (its own Adam state, its own data) and uploads its usual
   ⌊ρ·N_i⌋ codes; the server trains a fresh surrogate on those codes alone and
-  inverts it.
+  inverts it. DP-GCA's victim trains with DP-SGD and clips and noises those codes,
+  as in its run (this extra upload is one round beyond the run's accounted R).
 
 Targets are the victim's whole training shard. The reference bank H is 100
 normal records never used in training: drawn (fixed per seed) from the test
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedgca import methods, rundir, seeding
+from fedgca import methods, privacy, rundir, seeding
 from fedgca.attacks.flipping import direct_decodes, train_surrogate
 from fedgca.attacks.inversion import (
     VISION_BOUNDS,
@@ -56,10 +57,11 @@ def victim_upload_codes(fed, victim: int, epochs: int = EXTRA_RECON_EPOCHS) -> n
     solo = fed.clients.client_stack(victim, fed.template)
     shard = ClientShards.from_arrays([fed.shards.client(victim).numpy()])
     one = torch.ones(1, dtype=torch.bool)
-    gcfg = gca_training.gca_config(cfg, fed.dataset.kind)
+    gcfg = gca_training.gca_config(cfg, fed.dataset.kind, privacy.resolve(cfg, fed.shards.sizes))  # DP-GCA: its noise
     for e in range(epochs):
         gca_training.reconstruction_epoch(solo, shard, seeding.client_rngs(cfg.seed, "attack-recon", (e,), [victim]), gcfg, one)
-    return gca_training.encode_uploads(solo, shard, seeding.client_rngs(cfg.seed, "attack-upload", (), [victim]), cfg.rho, one)[0]
+    return gca_training.encode_uploads(solo, shard, seeding.client_rngs(cfg.seed, "attack-upload", (), [victim]), cfg.rho, one,
+                                       gcfg.dp)[0]
 
 
 def flipping_attack(codes: np.ndarray, input_shape: tuple[int, ...], seed: int, *, surrogate_options=None,
@@ -125,8 +127,10 @@ def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=Non
     reference = reference_bank(fed.dataset.test_x, fed.dataset.test_y, cfg.seed)
     record = {
         "method": cfg.method, "dataset": cfg.dataset, "seed": cfg.seed, "victim": victim,
-        "partition": cfg.partition, "k": cfg.k if cfg.method == "gca" else None, "rounds": cfg.rounds,
+        "partition": cfg.partition, "k": cfg.k if methods.is_gca(cfg.method) else None, "rounds": cfg.rounds,
         "threat_model": threat, "attack_seconds": round(seconds, 3),
+        **({"target_epsilon": cfg.target_epsilon, "dp_epsilon": privacy.accounting(cfg, fed.shards.sizes)["epsilon"]}
+           if privacy.is_record_dp(cfg) else {}),
         **leakage_metrics(targets, outputs, reference), **extra,
     }
     if decodes is not None:

@@ -5,10 +5,14 @@ import json
 
 
 def register(sub) -> None:
+    from fedgca import methods
+
+    white_box = [m for m in methods.names(attack=True) if methods.get(m).attack == "white-box"]
+    latent = [m for m in methods.names(attack=True) if methods.get(m).attack == "latent"]
     p = sub.add_parser("attack", help="server-side extraction attack on one victim client of a finished run",
-                       description="White-box inversion (fedavg, fedprox, fednova, dpfedavg) or latent-only "
-                                   "flipping (gca) against one client; writes attack.json, attack_outputs.npz "
-                                   "and, for images, attack_grid.png into the run directory.")
+                       description=f"White-box inversion ({', '.join(white_box)}) or latent-only "
+                                   f"flipping ({', '.join(latent)}) against one client; writes attack.json, "
+                                   "attack_outputs.npz and, for images, attack_grid.png into the run directory.")
     p.add_argument("--run", required=True, help="a finished run directory")
     p.add_argument("--victim", type=int, default=0, help="victim client (default 0)")
     p.add_argument("--data-dir", help="dataset directory (default: $FEDGCA_DATA_DIR, else the user cache)")

@@ -92,6 +92,9 @@ def _register_sweep_report_comm(sub) -> None:
     p.add_argument("dir", help="directory tree holding runs or result tables")
     p.add_argument("--out", help="where to write (default: DIR/SCORECARD.md)")
     p.add_argument("--data-dir", help="dataset directory, for the communication check")
+    p.add_argument("--variants", action="store_true",
+                   help="instead: the parameter-sharing baselines under each protocol variant (--baseline-eval, "
+                        "--optimizer-state, --threshold) beside the paper (VARIANTS.md)")
     p.set_defaults(func=cmd_scorecard)
 
     p = sub.add_parser("comm", help="per-round communication (MiB) measured from the payloads the code builds",
@@ -151,7 +154,12 @@ def cmd_scorecard(args) -> int:
 
     if not Path(args.dir).is_dir():
         raise FileNotFoundError(f"{args.dir}: no such directory")
-    out = scorecard.write_scorecard(args.dir, args.out, data_dir=args.data_dir)
+    if args.variants:
+        from fedgca.reporting import variants
+
+        out = variants.write_variants(args.dir, args.out)
+    else:
+        out = scorecard.write_scorecard(args.dir, args.out, data_dir=args.data_dir)
     print(out.read_text())
     print(f"scorecard written to {out} (and {out.with_suffix('.csv').name})", file=sys.stderr)
     return 0

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
 from torch import Tensor
 
 from fedgca.protocol.losses import reconstruction_per_row
@@ -100,9 +99,22 @@ def auroc_rows(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
     The Mann–Whitney form, vectorised over clients; equals sklearn's
     ``roc_auc_score`` (tested).
     """
-    ranks = rankdata(scores, axis=1, method="average")
+    ranks = np.stack([_mid_ranks(row) for row in scores])
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     return (ranks[:, y].sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+def _mid_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties at their average rank (scipy's ``rankdata(method="average")``, without
+    importing scipy.stats: 1.6 s of a Flower client's start-up)."""
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])  # first index of each tie group
+    ends = np.r_[starts[1:], len(s)]  # one past its last
+    mid = (starts + ends + 1) / 2.0  # average of ranks start+1 … end
+    ranks = np.empty(len(s))
+    ranks[order] = np.repeat(mid, ends - starts)
+    return ranks
 
 
 def average_precision_rows(scores: np.ndarray, y: np.ndarray) -> np.ndarray:

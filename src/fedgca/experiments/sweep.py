@@ -277,7 +277,7 @@ def _record(ledger: Ledger, finished: set, result: dict, cfg: RunConfig, root: P
 
 def describe(cfg: RunConfig) -> str:
     parts = [cfg.dataset, cfg.method, f"seed={cfg.seed}", f"partition={cfg.partition}"]
-    if cfg.method == "gca":
+    if methods.is_gca(cfg.method):
         parts += [f"backend={cfg.backend}", f"K={cfg.k}", f"weights={cfg.weights}"]
     return " ".join(parts)
 

@@ -9,8 +9,8 @@ messages and never travel in one.
 
 Message types handled (see :mod:`fedgca.flower.records` for the layout):
 ``query.info``, ``query.stats``, ``query.setup``, ``train`` (GCA Phase 1 +
-upload, or a baseline's local training), ``train.align`` (GCA Phase 3),
-``evaluate``.
+upload, or a baseline's local training), ``train.align`` (GCA Phase 3; its reply
+carries the end-of-round evaluation), ``evaluate``.
 
 Its handlers are plain functions (``info``, ``stats``, ``setup``, ``train``,
 ``align``, ``evaluate``): another ClientApp can register them with its own
@@ -26,7 +26,7 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedgca import methods, seeding
+from fedgca import methods, privacy, seeding
 from fedgca.evaluation.metrics import (
     evaluate_clients,
     quantile_threshold,
@@ -119,6 +119,8 @@ def _metrics(clients: StackedModels, node, cfg) -> dict:
                "train_error": float(train[0].mean()),
                "threshold": quantile_threshold((train if tau_scores is None else tau_scores)[0], cfg.quantile)}
     out["val_error"] = float(val[0].mean()) if val is not None else float("nan")
+    if privacy.is_record_dp(cfg):  # figures of the protected training rows do not leave a DP client
+        out["train_error"] = float("nan")
     return out
 
 
@@ -176,7 +178,7 @@ def setup(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     cfg, node = _node(msg, context)
-    if cfg.method == "gca":
+    if methods.is_gca(cfg.method):
         return _gca_train(msg, context, cfg, node)
     if cfg.method == "single":
         return _single_train(msg, context, cfg, node)
@@ -192,9 +194,14 @@ def _single_train(msg: Message, context: Context, cfg, node) -> Message:
     return _reply(msg)
 
 
+def _gca_config(cfg, node):
+    """The GCA slice of the run config; DP-GCA's noise as the server sent it (``privacy.message_config``)."""
+    return gca_training.gca_config(cfg, node.kind, privacy.resolve(cfg, [len(node.train)]))
+
+
 def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
     """GCA Phase 1 (T_recon epochs) and the upload of ⌊ρ·N_i⌋ fresh codes — the reply holds nothing else."""
-    r, gcfg, ids = _round(msg), gca_training.gca_config(cfg, node.kind), [node.client_id]
+    r, gcfg, ids = _round(msg), _gca_config(cfg, node), [node.client_id]
     eval_epochs = bool(msg.content[CONFIG].get("eval-recon-epochs", True))
     clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
     recon = []
@@ -202,7 +209,8 @@ def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
         gca_training.reconstruction_epoch(clients, shards, seeding.client_rngs(cfg.seed, "recon", (r, e), ids), gcfg, part)
         if eval_epochs:
             recon.append(_metrics(clients, node, cfg))
-    codes = gca_training.encode_uploads(clients, shards, seeding.client_rngs(cfg.seed, "upload", (r,), ids), gcfg.rho, part)[0]
+    codes = gca_training.encode_uploads(clients, shards, seeding.client_rngs(cfg.seed, "upload", (r,), ids), gcfg.rho, part,
+                                        gcfg.dp)[0]
     _save(context, clients)
     context.state[STATE_EVALS] = json_record({"round": r, "recon": recon, "align": []})
     return _reply(msg, **{CODES: array_record({CODES_ARRAY: codes})})
@@ -212,7 +220,7 @@ def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
 def align(msg: Message, context: Context) -> Message:
     """GCA Phase 3: T_align epochs on the encoder towards the broadcast centroids; replies with nothing."""
     cfg, node = _node(msg, context)
-    r, gcfg, ids = _round(msg), gca_training.gca_config(cfg, node.kind), [node.client_id]
+    r, gcfg, ids = _round(msg), _gca_config(cfg, node), [node.client_id]
     payload = numpy_dict(msg.content[BROADCAST])
     centroids, counts = payload["centroids"], payload["counts"]
     if (centroids.ndim != 2 or counts.shape != (len(centroids),) or not np.isfinite(centroids).all()
@@ -229,7 +237,8 @@ def align(msg: Message, context: Context) -> Message:
             evals["align"].append(_metrics(clients, node, cfg))
     _save(context, clients)
     context.state[STATE_EVALS] = json_record(evals)
-    return _reply(msg)
+    # the end-of-round evaluation travels with this reply: a GCA round is two exchanges, not three
+    return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, evals))})
 
 
 def _local_train(msg: Message, context: Context, cfg, node) -> Message:
@@ -245,7 +254,7 @@ def _local_train(msg: Message, context: Context, cfg, node) -> Message:
         clients.optim.reset()
     extra = client_loss_term(cfg, clients, global_params)
     local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra,
-                    client_ids=[node.client_id])
+                    client_ids=[node.client_id], dp=privacy.resolve(cfg, [len(node.train)]))
     _save(context, clients)
     n = int(len(node.train))
     tau = float(fednova.local_steps([n], cfg.local_epochs, cfg.batch_size)[0])
@@ -274,10 +283,15 @@ def evaluate(msg: Message, context: Context) -> Message:
     else:
         clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
         clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
+    evals = _pending(context, r) if methods.is_gca(cfg.method) else {"recon": [], "align": []}
+    return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, evals))})
+
+
+def _evaluation(clients: StackedModels, node, cfg, evals: dict) -> dict:
+    """What an evaluation reply carries: the deployed model's metrics and this round's epoch evaluations."""
     values = {"client-id": node.client_id, "num-examples": int(len(node.train))}
     values.update({k.replace("_", "-"): v for k, v in _metrics(clients, node, cfg).items()})
-    evals = _pending(context, r) if cfg.method == "gca" else {"recon": [], "align": []}
     for phase in ("recon", "align"):
         for m in METRIC_KEYS:
             values[f"{phase}-{m.replace('_', '-')}"] = [float(e[m]) for e in evals[phase]]
-    return _reply(msg, **{METRICS: MetricRecord(values)})
+    return values

@@ -87,9 +87,10 @@ def to_run_config(cfg: RunConfig, **flower) -> dict:
     """``RunConfig`` (+ Flower options with dashed keys) → a flat dict for ``[tool.flwr.app.config]``.
 
     Optional fields left at ``None`` are written as their resolved values, so
-    the app project states every number it runs with.
+    the app project states every number it runs with; one without a resolved value (``--target-epsilon``
+    unset) is written as "" (TOML has no null), which reads back as None.
     """
-    out = {_dashed(k): v for k, v in cfg.resolved().to_dict().items()}
+    out = {_dashed(k): "" if v is None else v for k, v in cfg.resolved().to_dict().items()}
     for k, v in flower.items():
         key = _dashed(k)
         if key not in FLOWER_DEFAULTS:

@@ -49,7 +49,7 @@ STATE_SETUP = "fedgca.setup"
 
 def config_record(cfg: RunConfig, **extra) -> ConfigRecord:
     """The resolved run config (+ round, phase, ...) as a ConfigRecord."""
-    values = {k: v for k, v in cfg.resolved().to_dict().items()}
+    values = {k: v for k, v in cfg.resolved().to_dict().items() if v is not None}  # None: the field's default
     values.update(extra)
     return ConfigRecord(values)
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from flwr.serverapp import Grid
 
-from fedgca import methods, seeding
+from fedgca import methods, privacy, seeding
 from fedgca.config import RunConfig
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.records import (
@@ -40,7 +40,7 @@ log = logging.getLogger("fedgca.flower")
 def run_gca(server: FlowerServer) -> None:
     from fedgca.training.gca import gca_config
 
-    cfg = server.cfg
+    cfg = privacy.message_config(server.cfg, [c.num_examples for c in server.clients])
     gcfg = gca_config(cfg, server.kind)
     dz = int(server.template.latent_dim)
     for r in range(cfg.rounds):
@@ -63,6 +63,7 @@ def run_gca(server: FlowerServer) -> None:
         t1 = time.perf_counter()
         aligned, broadcast_k, bytes_down = [], 0, 0
         align_failures: dict[int, str] = {}
+        evals: dict[int, dict] = {}
         if accepted:
             uploads = [accepted[i] for i in sorted(accepted)]  # pooled in client-id order, as the simulator does
             payload = gca.broadcast_payload(gca.aggregate_codes(uploads, gcfg, seeding.int_seed(cfg.seed, "cluster", r)))
@@ -74,12 +75,16 @@ def run_gca(server: FlowerServer) -> None:
             bytes_down = sum(payload_bytes(m.content) for m in msgs)
             areplies, align_failures = server.exchange("train.align", r, msgs)
             aligned = [c.client_id for c in targets if c.node_id in areplies]
+            evals = server.read_evaluations("train.align", r, targets, areplies)  # the evaluation came along
         else:
             t2 = t1
             log.warning("round %d: no valid upload; clustering and alignment skipped", r + 1)
         t3 = time.perf_counter()
         gone = {server.client_id_of(n) for n in (*failures, *align_failures)} | set(rejected)
-        evals = server.evaluate(r, [c for c in server.clients if c.client_id not in gone])
+        rest = [c for c in server.clients if c.client_id not in gone and c.client_id not in evals]
+        if rest:  # clients not aligned this round (φ < 1, or no valid upload): a third exchange, for them only
+            evals.update(server.evaluate(r, rest))
+        evals = {cid: evals[cid] for cid in sorted(evals)}
         t4 = time.perf_counter()
         server.finish_round(r, server.metric_rows(r, evals, gcfg), {
             "round": r + 1,
@@ -93,6 +98,7 @@ def run_gca(server: FlowerServer) -> None:
             "dropped": {str(server.client_id_of(n)): why for n, why in {**failures, **align_failures}.items()},
             "rejected": {str(k): v for k, v in rejected.items()},
             "broadcast_k": broadcast_k,
+            "exchanges": 1 + bool(accepted) + bool(rest),  # train, train.align (+ evaluate for the others)
             "wall_seconds": round(t4 - t0, 4),
             "phase_seconds": {"train": round(t1 - t0, 4), "cluster": round(t2 - t1, 4), "align": round(t3 - t2, 4),
                               "evaluate": round(t4 - t3, 4)},
@@ -127,7 +133,7 @@ def run_single(server: FlowerServer) -> dict:
 
 def run_baseline(server: FlowerServer) -> dict:
     """Parameter-sharing rounds with fedgca's own server rule (``fedgca.protocol.server_rules``), as the simulator."""
-    cfg = server.cfg
+    cfg = privacy.message_config(server.cfg, [c.num_examples for c in server.clients])
     rule_opts = server_rules.RuleOptions.of(cfg)
     arrays = array_record(server.template.state_dict())  # θ^(0): client 0's initial model, as in the simulator
     clip_norms: list[list[float]] = []
@@ -154,7 +160,7 @@ def run_baseline(server: FlowerServer) -> dict:
                        for k in global_params}
             sizes = [int(v.content[METRICS]["num-examples"]) for v in valid]
             tau = torch.tensor([float(v.content[METRICS]["local-steps"]) for v in valid], dtype=torch.float64)
-            new, norms = server_rules.aggregate(cfg.method, r, global_params, stacked, sizes, rule_opts, tau)
+            new, norms = server_rules.aggregate(methods.get(cfg.method).server_rule, r, global_params, stacked, sizes, rule_opts, tau)
             if norms is not None:
                 clip_norms.append(norms.tolist())
             arrays = array_record(new)
@@ -197,6 +203,9 @@ def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions) -> dict:
     if methods.paper_phase(cfg) == "local":
         raise ValueError("--baseline-eval local runs in the in-process simulator only (the Flower apps evaluate "
                          "the global model)")
+    if privacy.is_record_dp(cfg) and cfg.threshold != "val-quantile":
+        raise ValueError(f"--method {cfg.method} on Flower needs --threshold val-quantile (with --val-fraction > 0): "
+                         "a threshold set on the protected training rows would leave the client unaccounted")
     t0 = time.perf_counter()
     server = FlowerServer(grid, cfg, opts)
     server.rec.write("config.json", {**cfg.to_dict(), "flower": opts.__dict__})

@@ -285,6 +285,11 @@ class FlowerServer:
         records = {CONFIG: cfgrec} if arrays is None else {ARRAYS: arrays, CONFIG: cfgrec}
         msgs = [self.message_to(c.node_id, "evaluate", r, **records) for c in targets]
         replies, _ = self.exchange("evaluate", r, msgs)
+        return self.read_evaluations("evaluate", r, targets, replies)
+
+    def read_evaluations(self, kind: str, r: int, targets: list[Client], replies: dict) -> dict:
+        """{client_id: metrics} from evaluation replies (an ``evaluate`` reply, or GCA's ``train.align``
+        reply, which carries the end-of-round evaluation); a malformed one is rejected, naming the client."""
         by_node = {c.node_id: c for c in targets}
         out = {}
         for node, rep in replies.items():
@@ -295,7 +300,7 @@ class FlowerServer:
                     f"{p}_{k}": list(m.get(f"{p}-{k.replace('_', '-')}", [])) for p in ("recon", "align")
                     for k in METRIC_KEYS}
             except (KeyError, TypeError) as e:
-                self.reject("evaluate", r, c, f"malformed metrics ({e})")
+                self.reject(kind, r, c, f"malformed metrics ({e})")
         return out
 
     def metric_rows(self, r: int, evals: dict, gcfg=None) -> list[dict]:
@@ -305,10 +310,10 @@ class FlowerServer:
         rows = []
         # the paper evaluates GCA after every reconstruction epoch; without those evaluations, per round
         paper = methods.paper_phase(self.cfg) if self.opts.eval_recon_epochs else "round"
-        if self.cfg.method == "gca" and self.opts.eval_recon_epochs:
+        if methods.is_gca(self.cfg.method) and self.opts.eval_recon_epochs:
             for e in range(gcfg.recon_epochs):
                 rows.append(_row(r, "recon", e, {c: _epoch(v, "recon", e) for c, v in evals.items()}, paper))
-        if self.cfg.method == "gca" and self.cfg.eval_align_epochs:
+        if methods.is_gca(self.cfg.method) and self.cfg.eval_align_epochs:
             for e in range(gcfg.align_epochs):
                 rows.append(_row(r, "align", e, {c: _epoch(v, "align", e) for c, v in evals.items()}, paper))
         rows.append(_row(r, "round", -1, evals, paper))

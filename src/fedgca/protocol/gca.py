@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedgca.protocol.clustering import ClusterSummary, cluster_codes
+from fedgca.protocol.clustering import ClusterSummary
+from fedgca.protocol.dp import RecordDP
 
 
 class UploadError(ValueError):
@@ -100,10 +101,15 @@ class GCAConfig:
     w_max: float = 6.0
     eps: float = 1e-6
     uniform_weights: bool = False
+    dp: RecordDP | None = None  # DP-GCA: DP-SGD epochs and privatised uploads (protocol.dp)
 
 
 def aggregate_codes(uploads: list[np.ndarray], cfg: GCAConfig, seed: int) -> ClusterSummary:
     """Phase 2 (server): pool the uploads and cluster them into non-empty centroids and counts."""
+    from fedgca.protocol.clustering import (
+        cluster_codes,  # server side only: scikit-learn loads here
+    )
+
     pooled = np.concatenate([u for u in uploads if u is not None and len(u)], axis=0)
     return cluster_codes(
         pooled, cfg.k, backend=cfg.backend, seed=seed, preset=cfg.cluster_preset, **cfg.cluster_options

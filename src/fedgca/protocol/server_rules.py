@@ -32,20 +32,20 @@ class RuleOptions:
                    dp_sigma=cfg.dp_sigma)
 
 
-def aggregate(method: str, round_idx: int, global_params: Params, stacked: Params, sizes, opts: RuleOptions,
+def aggregate(rule: str, round_idx: int, global_params: Params, stacked: Params, sizes, opts: RuleOptions,
               local_steps: Tensor | None = None) -> tuple[Params, Tensor | None]:
-    """θ^(r+1) from the participants' models (stacked [m, ...]) and sizes; DP-FedAvg also returns the update norms.
+    """θ^(r+1) by ``rule`` (a MethodSpec's ``server_rule``) from the participants' models (stacked [m, ...]) and sizes; DP-FedAvg also returns the update norms.
 
     ``local_steps``: FedNova's τ_i as the clients report them; by default the
     SPEC formula E·⌈N_i/B⌉ (what an honest client reports).
     """
-    if method in ("fedavg", "fedprox"):  # FedProx changes the client loss only
+    if rule == "fedavg":  # also FedProx (which changes the client loss only) and DP-SGD-FedAvg
         return fedavg.aggregate(global_params, stacked, sizes), None
-    if method == "fednova":
+    if rule == "fednova":
         tau = fednova.local_steps(sizes, opts.local_epochs, opts.batch_size) if local_steps is None else local_steps
         return fednova.aggregate(global_params, stacked, sizes, tau), None
-    if method == "dpfedavg":
+    if rule == "dpfedavg":
         gen = torch.Generator().manual_seed(seeding.int_seed(opts.seed, "dp-noise", round_idx))
         return dpfedavg.aggregate(global_params, stacked, sizes, clip=opts.dp_clip, sigma=opts.dp_sigma,
                                   generator=gen)
-    raise ValueError(f"method {method!r} has no parameter-sharing server rule")
+    raise ValueError(f"unknown parameter-sharing server rule {rule!r}")

@@ -102,7 +102,7 @@ def load_attacks(root, exclude: Path | None = None) -> list[dict]:
             if not all(k in rec for k in ("method", "dataset", "seed", "ntmse", "delta_cos")):
                 continue
             ident = (rec["dataset"], rec["method"], rec["seed"], rec.get("victim", 0), rec.get("partition", "iid"),
-                     rec.get("k"))
+                     rec.get("k"), rec.get("target_epsilon"))
             if ident not in seen:
                 seen.add(ident)
                 out.append(rec)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedgca import methods, privacy
 from fedgca.protocol import dpfedavg, server_rules
 from fedgca.protocol.sampling import num_participants
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
@@ -71,6 +72,7 @@ class FedAvgSimulation(SimMethod):
         self.last_upload = {k: torch.zeros_like(v.detach()) for k, v in fed.clients.params.items()}
         self.last_upload_round = [-1] * fed.num_clients
         self.clip_norms: list[list[float]] = []  # per round, the update norms a clipping server rule saw
+        self.dp = privacy.resolve(fed.cfg, fed.shards.sizes)  # DP-SGD-FedAvg: DP-SGD local training
 
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed, cfg = self.fed, self.fed.cfg
@@ -78,7 +80,7 @@ class FedAvgSimulation(SimMethod):
         if cfg.optimizer_state == "reset":  # a fresh Adam (and StepLR) per round, as most FL code does
             fed.clients.optim.reset(part)
         local_training(fed.clients, fed.shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size,
-                       client_loss_term(cfg, fed.clients, self.global_params))
+                       client_loss_term(cfg, fed.clients, self.global_params), dp=self.dp)
         if cfg.baseline_eval == "local":  # each client's own model after local training, before aggregation
             evaluate("local", -1)
         idx = torch.nonzero(part).flatten()
@@ -88,7 +90,7 @@ class FedAvgSimulation(SimMethod):
         for i in idx.tolist():
             self.last_upload_round[i] = r
         sizes = fed.shards.sizes[idx.numpy()]
-        self.global_params, norms = server_rules.aggregate(cfg.method, r, self.global_params, uploads, sizes,
+        self.global_params, norms = server_rules.aggregate(methods.get(cfg.method).server_rule, r, self.global_params, uploads, sizes,
                                                            server_rules.RuleOptions.of(cfg))
         if norms is not None:  # DP-FedAvg: how often updates were clipped
             self.clip_norms.append(norms.tolist())

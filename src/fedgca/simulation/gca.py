@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from fedgca import seeding
+from fedgca import privacy, seeding
 from fedgca.protocol import gca
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
@@ -15,7 +15,7 @@ class GCASimulation(SimMethod):
 
     def __init__(self, fed):
         super().__init__(fed)
-        self.gcfg = gca_training.gca_config(fed.cfg, fed.dataset.kind)
+        self.gcfg = gca_training.gca_config(fed.cfg, fed.dataset.kind, privacy.resolve(fed.cfg, fed.shards.sizes))
 
     def run_round(self, r: int, part: torch.Tensor, evaluate: EvaluateFn) -> CommRecord:
         fed, cfg, seed = self.fed, self.gcfg, self.fed.cfg.seed
@@ -24,7 +24,8 @@ class GCASimulation(SimMethod):
             gca_training.reconstruction_epoch(fed.clients, fed.shards, seeding.client_rngs(seed, "recon", (r, e), ids), cfg, part)
             evaluate("recon", e)
 
-        uploads = gca_training.encode_uploads(fed.clients, fed.shards, seeding.client_rngs(seed, "upload", (r,), ids), cfg.rho, part)
+        uploads = gca_training.encode_uploads(fed.clients, fed.shards, seeding.client_rngs(seed, "upload", (r,), ids), cfg.rho, part,
+                                                 cfg.dp)
         received = [
             gca.validate_upload(u, max_rows=gca.upload_size(int(n), cfg.rho), latent_dim=fed.latent_dim)
             for u, n in zip(uploads, fed.shards.sizes) if u is not None

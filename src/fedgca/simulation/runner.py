@@ -105,7 +105,7 @@ def _read_checkpoint(out: Path) -> dict:
 
 def _effective_k_note(cfg: RunConfig, fed: Federation) -> str | None:
     """GCA clusters at most as many codes as the clients upload; say so when K asks for more."""
-    if cfg.method != "gca":
+    if not methods.is_gca(cfg.method):
         return None
     # the most codes a round can bring: the ⌊φC⌋ largest uploads (all of them when φ = 1)
     sizes = sorted((upload_size(int(n), cfg.rho) for n in fed.shards.sizes), reverse=True)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedgca.protocol import dp as dp_protocol
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.protocol.gca import (
     GCAConfig,
@@ -18,14 +19,17 @@ from fedgca.protocol.gca import (
     sample_upload,
 )
 from fedgca.protocol.losses import masked_batch_mean
-from fedgca.training.local import reconstruction_loss
+from fedgca.training.dpsgd import run_dp_epoch
+from fedgca.training.local import reconstruction_loss, reconstruction_per_example
 from fedgca.training.loop import ClientShards, LossFn, run_epoch
 from fedgca.training.stacked import StackedModels
 
 
-def gca_config(cfg, kind: str) -> GCAConfig:
-    """A RunConfig's GCA slice (``kind``: the dataset's kind, tabular or vision, picks the clustering preset)."""
+def gca_config(cfg, kind: str, dp: dp_protocol.RecordDP | None = None) -> GCAConfig:
+    """A RunConfig's GCA slice (``kind``: the dataset's kind, tabular or vision, picks the clustering preset;
+    ``dp``: DP-GCA's resolved noise, ``fedgca.privacy.resolve``)."""
     return GCAConfig(
+        dp=dp,
         k=cfg.k, rho=cfg.rho, recon_epochs=cfg.recon_epochs, align_epochs=cfg.align_epochs,
         batch_size=cfg.batch_size, backend=cfg.backend,
         cluster_preset="tabular" if kind == "tabular" else "vision",
@@ -44,6 +48,9 @@ def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -
 
 def reconstruction_epoch(clients, shards: ClientShards, rngs, cfg: GCAConfig, participating: Tensor) -> Tensor:
     n_feature_dims = shards.x.dim() - 2
+    if cfg.dp is not None:
+        return run_dp_epoch(clients, shards.x, shards.sizes, rngs, cfg.batch_size,
+                            reconstruction_per_example(n_feature_dims), list(clients.params), participating, cfg.dp)
     return run_epoch(
         clients, shards, rngs, cfg.batch_size, reconstruction_loss(clients, n_feature_dims),
         list(clients.params), participating,
@@ -59,6 +66,11 @@ def alignment_epoch(
         torch.as_tensor(summary.counts), gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.eps,
         uniform=cfg.uniform_weights,
     )
+    if cfg.dp is not None:
+        return run_dp_epoch(
+            clients, shards.x, shards.sizes, rngs, cfg.batch_size,
+            lambda tape, xb: alignment_per_row(tape.encode(xb), centroids, weights),
+            clients.encoder_keys, participating, cfg.dp)
     return run_epoch(
         clients, shards, rngs, cfg.batch_size, alignment_loss(clients, centroids, weights),
         clients.encoder_keys, participating,
@@ -66,8 +78,12 @@ def alignment_epoch(
 
 
 @torch.no_grad()
-def encode_uploads(clients: StackedModels, shards: ClientShards, rngs, rho: float, participating) -> list:
-    """Each participating client's ⌊ρ·N_i⌋ freshly sampled codes (float32 arrays); None for others."""
+def encode_uploads(clients: StackedModels, shards: ClientShards, rngs, rho: float, participating,
+                   dp: dp_protocol.RecordDP | None = None) -> list:
+    """Each participating client's ⌊ρ·N_i⌋ freshly sampled codes (float32 arrays); None for others.
+
+    DP-GCA (``dp``): each code clipped to C_z and noised (``protocol.dp.privatize_codes``, the client's rng).
+    """
     picks = [
         sample_upload(rngs[c], int(n), rho) if bool(participating[c]) else np.zeros(0, dtype=np.int64)
         for c, n in enumerate(shards.sizes)
@@ -77,9 +93,12 @@ def encode_uploads(clients: StackedModels, shards: ClientShards, rngs, rho: floa
     for c, p in enumerate(picks):
         idx[c, : len(p)] = torch.as_tensor(p)
     codes = clients.encode(shards.x[torch.arange(len(picks)).unsqueeze(-1), idx])
-    return [
+    out = [
         codes[c, : len(p)].numpy().astype(np.float32, copy=True) if bool(participating[c]) else None
         for c, p in enumerate(picks)
     ]
+    if dp is not None:
+        out = [None if u is None else dp_protocol.privatize_codes(u, dp, rngs[c]) for c, u in enumerate(out)]
+    return out
 
 

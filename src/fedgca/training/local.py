@@ -6,7 +6,9 @@ from torch import Tensor
 
 from fedgca import seeding
 from fedgca.protocol import fedprox
+from fedgca.protocol.dp import RecordDP
 from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
+from fedgca.training.dpsgd import run_dp_epoch
 from fedgca.training.loop import ClientShards, LossFn, run_epoch
 from fedgca.training.stacked import StackedModels
 
@@ -21,15 +23,29 @@ def reconstruction_loss(clients: StackedModels, n_feature_dims: int, extra_loss=
     return loss
 
 
+def reconstruction_per_example(n_feature_dims: int):
+    """L_recon of each example [C, B] through a DP-SGD tape (``training.dpsgd``)."""
+    return lambda tape, xb: reconstruction_per_row(xb, tape.decode(tape.encode(xb)), n_feature_dims)
+
+
 def local_training(clients: StackedModels, shards: ClientShards, seed: int, r: int, epochs: int,
-                    part: torch.Tensor, batch_size: int, extra_loss=None, client_ids=None) -> None:
-    """``epochs`` epochs of mini-batch Adam on L_recon (+ an optional per-client term).
+                    part: torch.Tensor, batch_size: int, extra_loss=None, client_ids=None,
+                    dp: RecordDP | None = None) -> None:
+    """``epochs`` epochs of mini-batch Adam on L_recon (+ an optional per-client term); DP-SGD with ``dp``.
 
     ``client_ids`` are the slots' global client ids (which key the batch order);
     default: slot i is client i. A Flower client (one slot) passes its own id.
     """
-    loss = reconstruction_loss(clients, shards.x.dim() - 2, extra_loss)
     ids = range(shards.num_clients) if client_ids is None else client_ids
+    if dp is not None:
+        if extra_loss is not None:
+            raise ValueError("DP-SGD local training takes no extra client loss term")
+        per_example = reconstruction_per_example(shards.x.dim() - 2)
+        for e in range(epochs):
+            run_dp_epoch(clients, shards.x, shards.sizes, seeding.client_rngs(seed, "dp-local", (r, e), ids),
+                         batch_size, per_example, list(clients.params), part, dp)
+        return
+    loss = reconstruction_loss(clients, shards.x.dim() - 2, extra_loss)
     for e in range(epochs):
         run_epoch(clients, shards, seeding.client_rngs(seed, "local", (r, e), ids), batch_size, loss,
                   list(clients.params), part)

@@ -100,7 +100,7 @@ class StackedAdam:
         self.epochs.copy_(state["epochs"])
 
 
-def _mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
+def mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
     """``[(linear layer name, ReLU after it)]`` for an nn.Sequential of Linear/ReLU; None otherwise."""
     if not isinstance(module, nn.Sequential):
         return None
@@ -160,7 +160,7 @@ class StackedModels:
     def _stacked(self, part: str):
         """The part's forward over a client axis: batched matmuls for a Linear/ReLU stack, else vmap."""
         general = vmap(self._call(part))
-        layers = _mlp_layers(getattr(self.base, part))
+        layers = mlp_layers(getattr(self.base, part))
         if layers is None:
             return general
         prefix = part + "."

@@ -1,0 +1,124 @@
+"""``fedgca scorecard DIR --variants``: the parameter-sharing baselines under each protocol variant beside the paper.
+
+Issue #15's question: under which unstated protocol choice do fedgca's FedAvg/FedProx/FedNova/DP-FedAvg
+land on the paper's figures? For every run of a parameter-sharing baseline under DIR (IID), the paper
+statistic — per seed the highest test accuracy over the evaluation points, mean and std over seeds — is
+computed per variant:
+
+* evaluation: ``global`` — the aggregated global model, once per round (the paper's text) — or ``local``
+  — each client's own model after local training, before aggregation (averaged over clients like GCA).
+  A ``--baseline-eval local`` run records both (its "round" rows are exactly a global run's rows: the
+  evaluation draws no randomness, tested), so it serves both variants;
+* optimiser state: ``keep`` (Adam state carried across rounds) or ``reset`` (a fresh Adam each round);
+* threshold: where τ's quantile is taken (training rows, or validation rows).
+
+Verdict per cell: "consistent" when |Δ| ≤ paper std + fedgca std (the two ±1 std intervals overlap),
+else "not". The paper's figures are packaged reference data, compared against only.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from fedgca import methods
+from fedgca.config import RunConfig
+from fedgca.reporting import tables
+from fedgca.reporting.scorecard import paper_tables
+from fedgca.tabletext import dicts_csv, markdown
+
+FIELDS = ["dataset", "method", "evaluation", "optimizer_state", "threshold", "rounds", "seeds", "mean", "std",
+          "paper_mean", "paper_std", "delta", "verdict"]
+
+
+def _peaks(run_dir: Path, cfg: RunConfig) -> dict[str, float]:
+    """Per evaluation variant, this run's peak test accuracy (fraction)."""
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    out = {}
+    for variant, phase in (("global", "round"), ("local", "local")):
+        acc = [float(r["accuracy"]) for r in rows if r["phase"] == phase]
+        if acc:
+            out[variant] = max(acc)
+    return out
+
+
+def collect(root) -> dict[tuple, list[float]]:
+    """{(dataset, method, evaluation, optimizer_state, threshold, rounds): [peak per seed]} over the runs."""
+    cells: dict[tuple, dict[int, float]] = defaultdict(dict)
+    for summary in sorted(Path(root).rglob("summary.json")):
+        run_dir = summary.parent
+        try:
+            cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())).resolved()
+        except (OSError, ValueError, TypeError):
+            continue
+        if methods.get(cfg.method).family != "parameter-sharing" or methods.get(cfg.method).record_dp:
+            continue
+        if cfg.partition != "iid" or not (run_dir / "metrics.csv").exists():
+            continue
+        for variant, peak in _peaks(run_dir, cfg).items():
+            key = (cfg.dataset, cfg.method, variant, cfg.optimizer_state, cfg.threshold, cfg.rounds)
+            cells[key][cfg.seed] = peak
+    return {k: [v[s] for s in sorted(v)] for k, v in cells.items()}
+
+
+def variant_rows(root) -> list[dict]:
+    paper, _ = paper_tables()
+    rows = []
+    for (ds, m, ev, opt, thr, rounds), peaks in collect(root).items():
+        v = np.asarray(peaks) * 100
+        mean, std = float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else float("nan")
+        p_mean, p_std = paper.get((ds, m), (math.nan, math.nan))
+        delta = mean - p_mean
+        ok = abs(delta) <= p_std + (std if math.isfinite(std) else 0.0)
+        rows.append({"dataset": ds, "method": m, "evaluation": ev, "optimizer_state": opt, "threshold": thr,
+                     "rounds": rounds, "seeds": len(v), "mean": mean, "std": std, "paper_mean": p_mean,
+                     "paper_std": p_std, "delta": delta,
+                     "verdict": "no paper cell" if math.isnan(p_mean) else ("consistent" if ok else "not")})
+    order = {m: i for i, m in enumerate(methods.names())}
+    rows.sort(key=lambda r: (tables.dataset_rank(r["dataset"]), order[r["method"]], r["rounds"], r["threshold"],
+                             r["evaluation"], r["optimizer_state"]))
+    return rows
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Per variant (evaluation × optimiser state × threshold, R = 100, 3 seeds): on how many paper cells it is
+    consistent, and whether on all of those run."""
+    by = defaultdict(list)
+    for r in rows:
+        if r["rounds"] == 100 and r["seeds"] >= 3 and r["verdict"] != "no paper cell":
+            by[(r["evaluation"], r["optimizer_state"], r["threshold"])].append(r)
+    out = []
+    for (ev, opt, thr), rs in sorted(by.items()):
+        good = [r for r in rs if r["verdict"] == "consistent"]
+        bias = float(np.mean([r["delta"] for r in rs]))
+        out.append(f"evaluation={ev}, optimizer-state={opt}, threshold={thr}: consistent with the paper on "
+                   f"{len(good)}/{len(rs)} cells run (mean Δ {bias:+.2f} pp); not on: "
+                   + (", ".join(f"{r['dataset']} {methods.get(r['method']).label} ({r['delta']:+.2f})"
+                                for r in rs if r["verdict"] != "consistent") or "none"))
+    return out
+
+
+def write_variants(root, out=None) -> Path:
+    rows = variant_rows(root)
+    if not rows:
+        raise ValueError(f"{root}: no finished IID parameter-sharing runs found")
+    out = Path(out) if out else Path(root) / "VARIANTS.md"
+    fmt = {"mean": 2, "std": 2, "paper_mean": 2, "paper_std": 2, "delta": 2}
+    csv_rows = [{k: (f"{r[k]:.{fmt[k]}f}" if k in fmt and math.isfinite(r[k]) else r[k]) for k in FIELDS}
+                for r in rows]
+    out.with_suffix(".csv").write_text(dicts_csv(csv_rows, FIELDS))
+    body = [[r["dataset"], methods.get(r["method"]).label, r["evaluation"], r["optimizer_state"], r["threshold"],
+             str(r["rounds"]), str(r["seeds"]), f"{r['mean']:.2f} ± {r['std']:.2f}",
+             f"{r['paper_mean']:.2f} ± {r['paper_std']:.2f}", f"{r['delta']:+.2f}", r["verdict"]] for r in rows]
+    text = ["# Parameter-sharing baselines: protocol variants against the paper", "",
+            "Peak accuracy (%) under the paper's statistic, mean ± sample std over seeds; Δ = fedgca − paper; "
+            "consistent: |Δ| ≤ paper std + fedgca std. Written by `fedgca scorecard DIR --variants`.", "",
+            markdown(["dataset", "method", "evaluation", "optimiser state", "threshold", "R", "seeds", "fedgca",
+                      "paper", "Δ (pp)", "verdict"], body), "", "## Per variant", ""]
+    text += [f"- {line}" for line in summary_lines(rows)] + [""]
+    out.write_text("\n".join(text))
+    return out
