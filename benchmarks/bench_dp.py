@@ -79,7 +79,7 @@ def main() -> None:
     args = ap.parse_args()
     limit_threads(1)
     rows = [bench(name, args.data_dir, args.repeat) for name in args.configs.split(",")]
-    print(f"load average before/after: {os.getloadavg()}; 1 torch thread; seconds = min of {args.repeat} repeats")
+    print(f"load average (1/5/15 min) at the end: {os.getloadavg()}; 1 torch thread; seconds = min of {args.repeat} repeats")
     print(f"{'config':<10} {'C':>3} {'rows':>7} | {'GCA train':>9} {'DP-GCA':>8} {'ratio':>6} | "
           f"{'GCA round':>9} {'DP-GCA':>8} {'ratio':>6} | {'Adam ep':>8} {'DP-SGD':>8} {'ratio':>6}")
     for r in rows:

@@ -46,7 +46,7 @@ import traceback
 from pathlib import Path
 
 from fedgca import methods
-from fedgca.config import RunConfig
+from fedgca.config import ADDED_LATER, RunConfig
 from fedgca.protocol.fedprox import effective_coefficient
 from fedgca.rundir import CHECKPOINT, SUMMARY
 from fedgca.threads import available_cores, limit_threads
@@ -266,8 +266,8 @@ def _record(ledger: Ledger, finished: set, result: dict, cfg: RunConfig, root: P
             finished.add(key)
         result["finished"] += 1
         done = result["finished"] + len(result["failed"])
-        log.info("[%d/%d] finished %s (%s)%s", done, n_todo, key, describe(cfg),
-                 f" peak acc {res['peak_accuracy']:.4f}" if "peak_accuracy" in res else "")
+        log.info("[%d/%d] finished %s (%s)%s%s", done, n_todo, key, describe(cfg),
+                 f" peak acc {res['peak_accuracy']:.4f}" if "peak_accuracy" in res else "", _eta(result, done, n_todo))
     else:
         ledger.append("failed", key, out=str(d), config=cfg.to_dict(), error=res["error"],
                       traceback=res.get("traceback", ""))
@@ -275,10 +275,25 @@ def _record(ledger: Ledger, finished: set, result: dict, cfg: RunConfig, root: P
         log.error("run %s (%s) failed: %s", key, describe(cfg), res["error"])
 
 
+def _eta(result: dict, done: int, n_todo: int) -> str:
+    """'; 12m elapsed, ETA 40m' from this invocation's pace (runs finish in parallel: the pace includes it)."""
+    if "t0" not in result or not done:
+        return ""
+    elapsed = time.monotonic() - result["t0"]
+
+    def hm(s: float) -> str:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m" if s >= 3600 else f"{int(s // 60)}m{int(s % 60):02d}s"
+
+    return f"; {hm(elapsed)} elapsed, ETA {hm(elapsed / done * (n_todo - done))}"
+
+
 def describe(cfg: RunConfig) -> str:
     parts = [cfg.dataset, cfg.method, f"seed={cfg.seed}", f"partition={cfg.partition}"]
     if methods.is_gca(cfg.method):
         parts += [f"backend={cfg.backend}", f"K={cfg.k}", f"weights={cfg.weights}"]
+    # the options added after the paper's runs (protocol variants, DP), where a run departs from their default
+    parts += [f"{name}={getattr(cfg, name)}" for name, default in ADDED_LATER.items()
+              if name in methods.get(cfg.method).options and getattr(cfg, name) != default]
     return " ".join(parts)
 
 
@@ -309,12 +324,20 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
              result["skipped"], len(todo), workers)
     if not todo:
         return result
+    result["t0"] = time.monotonic()  # for the ETA in the progress lines; removed before returning
+    try:
+        _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
+    finally:
+        result.pop("t0", None)
+    return result
 
+
+def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) -> None:
     if int(workers) <= 0:  # in this process, one run after another (debugging; no isolation)
         for cfg in todo:
             _record(ledger, finished, result, cfg, root, len(todo),
                     execute(cfg.to_dict(), str(run_dir(root, cfg)), str(root), None if data_dir is None else str(data_dir)))
-        return result
+        return
 
     workers = max(1, min(int(workers), len(todo)))
     threads = max(1, available_cores() // workers)
@@ -356,7 +379,6 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
             else:
                 _record(ledger, finished, result, cfg, root, len(todo), {
                     "status": "failed", "error": "worker process died (killed, out of memory, or could not start)"})
-    return result
 
 
 __all__ = ["Ledger", "SweepSpec", "canonical", "execute", "load_spec", "parse_spec",

@@ -9,33 +9,18 @@ import numpy as np
 from sklearn.utils._param_validation import InvalidParameterError
 
 from fedgca.protocol.clustering.base import ClusterSummary, _as_float64, _summarise
-from fedgca.protocol.clustering.gmm import (
+from fedgca.protocol.clustering.gmm import (  # noqa: F401 — re-exported by the package (lazily)
     GMMBackend,
     batched_kmeanspp,
     fit_diag_gmm_torch,
 )
 from fedgca.protocol.clustering.kmeans import KMeansBackend, MiniBatchKMeansBackend
-from fedgca.protocol.clustering.softkmeans import (
+from fedgca.protocol.clustering.softkmeans import (  # noqa: F401 — re-exported by the package (lazily)
     SoftKMeansBackend,
     soft_responsibilities,
 )
 
 logger = logging.getLogger(__name__)
-
-__all__ = [
-    "ClusterSummary",
-    "GMMBackend",
-    "KMeansBackend",
-    "MiniBatchKMeansBackend",
-    "SoftKMeansBackend",
-    "BACKENDS",
-    "PRESETS",
-    "batched_kmeanspp",
-    "fit_diag_gmm_torch",
-    "make_backend",
-    "cluster_codes",
-    "soft_responsibilities",
-]
 
 
 PRESETS: dict[str, dict] = {
