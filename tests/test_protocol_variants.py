@@ -76,6 +76,18 @@ def test_baseline_eval_local_scores_the_pre_aggregation_models(tmp_path, data_di
     assert g["peak"]["phase"] == "round" and g["final"]["accuracy"] == s["final"]["accuracy"]
 
 
+def test_a_local_evaluation_run_holds_the_global_runs_rows(tmp_path, data_dir):
+    """Evaluating draws no randomness: a --baseline-eval local run's "round" rows are a global run's rows,
+    so one run serves both variants of the investigation (reporting.variants)."""
+    def rows(path):
+        return [{k: v for k, v in r.items() if k != "paper"}
+                for r in csv.DictReader((path / "metrics.csv").open()) if r["phase"] == "round"]
+
+    run(RunConfig(**{**TINY, "baseline_eval": "local"}), tmp_path / "local", data_dir=data_dir, progress=False)
+    run(RunConfig(**TINY), tmp_path / "global", data_dir=data_dir, progress=False)
+    assert rows(tmp_path / "local") == rows(tmp_path / "global") and len(rows(tmp_path / "global")) == 2
+
+
 def test_variants_leave_old_run_names_alone():
     base = RunConfig(dataset="magic", method="fedavg")
     assert base.key() == RunConfig(dataset="magic", method="fedavg", baseline_eval="global").key()

@@ -59,3 +59,33 @@ def test_written_files(fixture_dir, tmp_path):
     assert "| academic | FedAvg | 64.88 ± 0.02 | 66.50 ± 0.02 | +1.62 | outside |" in text
     assert str(tmp_path) not in text  # no machine paths
     assert out.with_suffix(".csv").read_text().count("\n") == 1 + 49  # 7 datasets × 7 methods
+
+
+def _variant_run(root, seed, opt, global_peak, local_peak):
+    """A fabricated --baseline-eval local run: rows of both phases (their accuracies are the fixture's)."""
+    d = root / f"fedavg-{opt}-{seed}"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"dataset": "academic", "method": "fedavg", "seed": seed,
+                                               "baseline_eval": "local", "optimizer_state": opt}))
+    (d / "summary.json").write_text("{}")
+    rows = ["round,phase,epoch,accuracy,auroc,auprc,train_error,val_error,paper"]
+    for r, (g, loc) in enumerate(((global_peak - 0.01, local_peak), (global_peak, local_peak - 0.02)), start=1):
+        rows += [f"{r},local,,{loc},0.7,0.7,0.1,nan,1", f"{r},round,,{g},0.7,0.7,0.1,nan,0"]
+    (d / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_variants_table_delta_and_verdicts(tmp_path):
+    """Paper academic FedAvg: 64.88 ± 0.02. Global peaks 65.40 ± 0 (not consistent), local 64.87 ± 0.01."""
+    from fedgca.reporting import variants
+
+    for seed, loc in ((100, 0.6486), (200, 0.6487), (300, 0.6488)):
+        _variant_run(tmp_path, seed, "keep", 0.6540, loc)
+    rows = {(r["evaluation"], r["optimizer_state"]): r for r in variants.variant_rows(tmp_path)}
+    assert set(rows) == {("global", "keep"), ("local", "keep")}
+    g, loc = rows["global", "keep"], rows["local", "keep"]
+    assert g["seeds"] == 3 and g["mean"] == pytest.approx(65.40) and g["delta"] == pytest.approx(0.52)
+    assert g["verdict"] == "not"
+    assert loc["mean"] == pytest.approx(64.87) and loc["std"] == pytest.approx(0.01)
+    assert loc["delta"] == pytest.approx(-0.01) and loc["verdict"] == "consistent"
+    out = variants.write_variants(tmp_path)
+    assert "consistent with the paper on 1/1" in out.read_text() and out.with_suffix(".csv").exists()
