@@ -178,3 +178,22 @@ def test_flower_refuses_dp_with_a_training_row_threshold(tmp_path, data_dir):
 def test_dp_methods_refuse_the_conv_autoencoder_before_running():
     with pytest.raises(ValueError, match="tabular"):
         RunConfig(dataset="fashion_mnist", method="dpgca").resolved()
+
+
+def test_own_data_nodes_send_no_statistics_under_record_dp(tmp_path, data_dir):
+    """The preprocessing statistics are not covered by the accountant: refused before any leaves a node."""
+    from test_flower import _own_data
+
+    from fedgca.flower import client_app
+    from fedgca.flower.config import to_run_config
+    from fedgca.flower.inprocess import run_inprocess
+    from fedgca.flower.server_app import make_server_app
+
+    _, nodes = _own_data(tmp_path, data_dir)
+    cfg = _dpgca(k=10, rounds=1)
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="accountant does not cover"):
+        run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(out), eval_recon_epochs=False)),
+                      client_app.app, nodes)
+    msgs = (out / "messages.jsonl").read_text() if (out / "messages.jsonl").exists() else ""
+    assert "query.stats" not in msgs

@@ -34,7 +34,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedgca import methods, runrecord
+from fedgca import methods, privacy, runrecord
 from fedgca.config import RunConfig
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
@@ -198,6 +198,10 @@ class FlowerServer:
             log.warning("node %d uses a different schema file (digest %s ≠ %s): excluded", node,
                         infos[node]["schema-digest"], common)
             infos.pop(node)
+        if privacy.is_record_dp(self.cfg):  # before any statistic leaves a node
+            raise ValueError(f"--method {self.cfg.method}: own-data nodes would send the server their row means and "
+                             "scatter matrices for the preprocessing, which the DP accountant does not cover yet "
+                             "(docs/DP.md); run record-level DP on builtin or pre-encoded data")
         replies, _ = self.exchange("query.stats", -1, [self.message_to(n, "query.stats", -1, **{CONFIG: cfgrec})
                                                        for n in infos])
         stats, contributors = [], []
