@@ -9,7 +9,9 @@
 5. ``bench_scoring.py``  — test-set scoring by rows per pass (cache-sized passes vs large ones);
 6. ``bench_adam.py``     — one Adam step for C stacked clients vs C per-client torch Adams;
 7. ``bench_dp.py``        — a DP-GCA round vs a GCA round, DP-SGD vs Adam (record-level DP's overhead);
-8. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps.
+8. ``bench_roofline.py``  — each part of a GCA / baseline round against the same-run sgemm rate (% of roofline),
+                            beside a fused-Adam per-client loop and the Flower simulation engine;
+9. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps.
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -39,6 +41,7 @@ def main() -> int:
         [str(HERE / "bench_scoring.py"), *data, *(["--repeat", "2"] if args.quick else [])],
         [str(HERE / "bench_adam.py"), *data, *(["--repeat", "50"] if args.quick else [])],
         [str(HERE / "bench_dp.py"), *data, *(["--repeat", "1", "--configs", "academic"] if args.quick else [])],
+        [str(HERE / "bench_roofline.py"), *data, *(["--configs", "magic", "--no-flower"] if args.quick else [])],
     ]
     if not args.quick:
         jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])
