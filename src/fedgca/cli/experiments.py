@@ -16,11 +16,13 @@ def _csv(kind=str):
 
 
 def register(sub) -> None:
+    from fedgca import methods
     from fedgca.experiments.compare import DEFAULT_METHODS, DEFAULT_SEEDS
 
     p = sub.add_parser("compare", help="run GCA and the baselines over seeds and print the paper's tables")
     p.add_argument("--dataset", required=True, type=_csv(), help="one dataset or a comma-separated list")
-    p.add_argument("--methods", type=_csv(), default=list(DEFAULT_METHODS))
+    p.add_argument("--methods", type=_csv(), default=list(DEFAULT_METHODS),
+                   help=f"comma-separated, of {', '.join(methods.names())} [default: the paper's seven]")
     p.add_argument("--seeds", type=_csv(int), default=list(DEFAULT_SEEDS))
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--data-dir")
@@ -29,7 +31,7 @@ def register(sub) -> None:
                    help=f"runs in parallel, one process each, cores // workers torch threads each (default: the "
                         f"machine's {_cores()} cores; 0 = in this process)")
     p.add_argument("--attack", action="store_true",
-                   help="also attack client 0 of every gca/fedavg/fedprox/fednova/dpfedavg run (SPEC §6) "
+                   help=f"also attack client 0 of every {'/'.join(methods.names(attack=True))} run (SPEC §6) "
                         "and print the attack table; runs already attacked are not redone")
     p.set_defaults(func=cmd_compare)
 
