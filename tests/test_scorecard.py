@@ -89,3 +89,15 @@ def test_variants_table_delta_and_verdicts(tmp_path):
     assert loc["delta"] == pytest.approx(-0.01) and loc["verdict"] == "consistent"
     out = variants.write_variants(tmp_path)
     assert "consistent with the paper on 1/1" in out.read_text() and out.with_suffix(".csv").exists()
+
+
+def test_protocol_variants_are_not_paper_cells(fixture_dir):
+    """A run under another reporting protocol (here --baseline-eval local) never enters a paper cell."""
+    d = fixture_dir / "variant"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({
+        "dataset": "academic", "method": "fedavg", "seed": 400, "rounds": 100, "k": 10, "backend": "gmm",
+        "weights": "inverse", "partition": "iid", "baseline_eval": "local",
+        "peak": {"accuracy": 0.10, "auroc": 0.7, "auprc": 0.7}}))
+    cell = {(r["dataset"], r["method"]): r for r in scorecard.build(fixture_dir)["table"]}
+    assert cell["academic", "fedavg"]["seeds"] == 3

@@ -43,6 +43,9 @@ def summary(cfg, *, clients: int, input_shape, latent_dim: int, param_count: int
     s = {
         "dataset": cfg.dataset, "method": cfg.method, "seed": cfg.seed, "rounds": cfg.rounds, "clients": clients,
         "k": cfg.k, "rho": cfg.rho, "backend": cfg.backend, "weights": cfg.weights, "partition": cfg.partition,
+        # the reporting-protocol options a table must not pool across (the paper's: 0, train-quantile, global, keep)
+        "val_fraction": cfg.val_fraction, "threshold": cfg.threshold, "baseline_eval": cfg.baseline_eval,
+        "optimizer_state": cfg.optimizer_state,
         "input_dim": int(math.prod(input_shape)), "input_shape": list(input_shape),
         "latent_dim": int(latent_dim), "param_count": int(param_count),
         "client_sizes": [int(n) for n in client_sizes],

@@ -66,12 +66,16 @@ def collect_runs(root) -> list[dict]:
                 r["backend"], r["weights"], r["partition"])
 
     for s in tables.load_summaries(root):
+        if not tables.paper_protocol(s):  # a protocol variant (issue #15's investigation) is not a paper cell
+            continue
         r = _row_of_summary(s)
         if key(r) not in seen:
             seen.add(key(r))
             rows.append(r)
     for path in sorted(root.rglob("runs.csv")):
         for raw in csv.DictReader(path.open()):
+            if not tables.paper_protocol(raw):
+                continue
             r = _row_of_csv(raw)
             if key(r) not in seen:
                 seen.add(key(r))
@@ -92,6 +96,9 @@ def collect_attacks(root) -> dict[tuple[str, str], dict[str, list[float]]]:
     for metric, name in (("ntmse", "attack_ntmse.csv"), ("delta_cos", "attack_delta_cos.csv")):
         labels = {spec.label: m for m, spec in methods.REGISTRY.items()}
         for p in sorted(Path(root).rglob(name)):  # the report's per-dataset means (when no attack.json is there)
+            runs = p.parent / "runs.csv"  # ... of a report with R = 100 runs (e.g. not the R = 10 DP curves')
+            if runs.exists() and not any(int(r["rounds"]) == ROUNDS for r in csv.DictReader(runs.open())):
+                continue
             for r in csv.DictReader(p.open()):
                 for label, cell in r.items():
                     m = labels.get(label)

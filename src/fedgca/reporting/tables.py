@@ -63,9 +63,23 @@ def pivot_rows(summaries: list[dict], protocol: str, metric: str, columns: list[
     return head, body
 
 
+# Reporting-protocol options and the values the paper's protocol (and every run made before they existed) has.
+PROTOCOL_DEFAULTS = {"val_fraction": 0.0, "threshold": "train-quantile", "baseline_eval": "global",
+                     "optimizer_state": "keep"}
+
+
+def paper_protocol(row: dict) -> bool:
+    """Whether a summary / runs.csv row ran under the paper's protocol (absent fields: older runs, which did)."""
+    def value(k):
+        v = row.get(k)
+        return PROTOCOL_DEFAULTS[k] if v in (None, "", "None") else v
+
+    return all((float(value(k)) == v) if isinstance(v, float) else (value(k) == v) for k, v in PROTOCOL_DEFAULTS.items())
+
+
 def raw_csv(summaries: list[dict]) -> str:
     """One line per run: the figures behind every table."""
-    fields = ["dataset", "method", "seed", "rounds", "k", "backend", "weights", "partition"]
+    fields = ["dataset", "method", "seed", "rounds", "k", "backend", "weights", "partition", *PROTOCOL_DEFAULTS]
     metrics = [f"{p}_{m}" for p in ("peak", "final", "selected") for m in DETECTION]
     body = [[s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected")
                                           for m in DETECTION] + [s["wall_seconds"]]
