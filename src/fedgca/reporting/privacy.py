@@ -158,8 +158,10 @@ def write(out: Path, rows: list[dict]) -> list[Path]:
                                    marker="o", capsize=3, label=method)
                 inf = [r for r in pts if not math.isfinite(r["epsilon"])]
                 if inf and np.isfinite(inf[0][key]):
+                    plain = next(methods.get(p).label for d, p in COUNTERPART.items()
+                                 if methods.get(d).label == method)
                     ax.axhline(inf[0][key], color=line[0].get_color(), linestyle="--", linewidth=1,
-                               label=f"{method}, ε = ∞")
+                               label=f"{plain} (ε = ∞)")
             ax.set_xscale("log")
             ax.set_xlabel("ε (record-level, δ = 1e-5)")
             ax.set_title(title, fontsize=9)
