@@ -78,7 +78,9 @@ def _brief(summary: dict) -> str:
 
 def cmd_simulate(args) -> int:
     from fedgca.flower.simulation import simulate
+    from fedgca.threads import limit_threads
 
+    limit_threads(1)  # as `fedgca run` computes: the same numbers from both drivers (tests/conftest.py says why)
     cfg = config_from_args(args)
     out = _out(args, cfg, args.engine)
     opts = {k: v for k, v in _options(args, out).items() if k != "out_dir"}
