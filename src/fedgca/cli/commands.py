@@ -27,6 +27,8 @@ def cmd_run(args) -> int:
     brief = {k: summary[k] for k in ("dataset", "method", "seed", "rounds", "wall_seconds")}
     brief.update({p: {m: round(summary[p][m], 4) for m in ("accuracy", "auroc", "auprc")}
                   for p in ("final", "peak", "selected")})
+    if "dp" in summary:  # the privacy the run spent (record-level: DP-GCA, DP-SGD-FedAvg; user-level: DP-FedAvg)
+        brief["dp"] = {k: summary["dp"][k] for k in ("epsilon", "delta", "accountant") if k in summary["dp"]}
     print(json.dumps(brief, indent=1))
     print("peak = the paper's protocol (best test accuracy over evaluations, chosen with test labels); "
           "selected = chosen without test labels (validation error, or the final round without --val-fraction); "
