@@ -60,11 +60,9 @@ def privacy_rows(runs, attacks: list[dict]) -> list[dict]:
         eps = a.get("target_epsilon") if m in COUNTERPART else math.inf
         leak[(a["dataset"], dp_method, math.inf if eps is None else float(eps))].append(a)
 
-    def stat(values):
-        v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-        if not len(v):
-            return float("nan"), float("nan")
-        return float(v.mean() * 100), float(v.std(ddof=0) * 100)
+    def stat(values, scale=1.0):  # the report's mean ± sample std over seeds
+        mean, std, _ = tables.mean_std(list(values))
+        return mean * scale, std * scale
 
     rows = []
     for (ds, method, eps), rs in sorted(cells.items(), key=lambda kv: (tables.dataset_rank(kv[0][0]),
@@ -75,12 +73,10 @@ def privacy_rows(runs, attacks: list[dict]) -> list[dict]:
         for key, (proto, metric) in {"peak_accuracy": ("peak", "accuracy"),
                                      "selected_accuracy": ("selected", "accuracy"),
                                      "selected_auroc": ("selected", "auroc")}.items():
-            row[key], row[key + "_std"] = stat(r.summary[proto][metric] for r in rs)
+            row[key], row[key + "_std"] = stat((r.summary[proto][metric] for r in rs), 100.0)
         attacked = leak.get((ds, method, eps), [])
-        row["ntmse"], row["ntmse_std"] = (np.nan, np.nan) if not attacked else (
-            float(np.mean([a["ntmse"] for a in attacked])), float(np.std([a["ntmse"] for a in attacked])))
-        row["delta_cos"], row["delta_cos_std"] = (np.nan, np.nan) if not attacked else (
-            float(np.mean([a["delta_cos"] for a in attacked])), float(np.std([a["delta_cos"] for a in attacked])))
+        for key in ("ntmse", "delta_cos"):
+            row[key], row[key + "_std"] = stat(a[key] for a in attacked)
         row["n_attacked"] = len(attacked)
         rows.append(row)
     return rows

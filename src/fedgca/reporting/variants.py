@@ -69,13 +69,13 @@ def variant_rows(root) -> list[dict]:
     paper, _ = paper_tables()
     rows = []
     for (ds, m, ev, opt, thr, rounds), peaks in collect(root).items():
-        v = np.asarray(peaks) * 100
-        mean, std = float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else float("nan")
+        mean, std, n = tables.mean_std([100 * p for p in peaks])
+        std = std if n > 1 else float("nan")  # one seed: no spread to compare against
         p_mean, p_std = paper.get((ds, m), (math.nan, math.nan))
         delta = mean - p_mean
         ok = abs(delta) <= p_std + (std if math.isfinite(std) else 0.0)
         rows.append({"dataset": ds, "method": m, "evaluation": ev, "optimizer_state": opt, "threshold": thr,
-                     "rounds": rounds, "seeds": len(v), "mean": mean, "std": std, "paper_mean": p_mean,
+                     "rounds": rounds, "seeds": n, "mean": mean, "std": std, "paper_mean": p_mean,
                      "paper_std": p_std, "delta": delta,
                      "verdict": "no paper cell" if math.isnan(p_mean) else ("consistent" if ok else "not")})
     order = {m: i for i, m in enumerate(methods.names())}

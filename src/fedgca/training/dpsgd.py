@@ -36,10 +36,9 @@ class Tape:
             prefix = f"{part}.{name}."
             w = self.clients.params[prefix + "weight"].detach()
             b = self.clients.params[prefix + "bias"].detach()
-            if not h.requires_grad:  # the first layer: differentiate from its output on
-                z = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2)).requires_grad_(True)
-            else:
-                z = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+            z = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+            if not z.requires_grad:  # the first layer (parameters detached): differentiate from its output on
+                z.requires_grad_(True)
             self.records.append((prefix, h.detach(), z))
             h = torch.relu(z) if relu else z
         return h
