@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from fedgca.lazyimport import LazyModule
 
 from .dataset import FederatedDataset, split_info
 from .paths import REMOTE_FILES, DataError, ensure_files, locate, resolve_data_dir
+
+pd = LazyModule("pandas")  # imported when a CSV is read (fedgca.lazyimport)
 
 # --------------------------------------------------------------------------- formats
 

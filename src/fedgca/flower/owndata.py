@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from fedgca import seeding
 from fedgca.data.paths import DataError
@@ -57,6 +56,9 @@ from fedgca.data.tabular import (
     encode_columns,
     moments,
 )
+from fedgca.lazyimport import LazyModule
+
+pd = LazyModule("pandas")  # imported when a CSV is read (fedgca.lazyimport)
 
 DEFAULT_STATS_MIN_ROWS = 20
 

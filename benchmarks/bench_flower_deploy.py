@@ -1,0 +1,153 @@
+"""Flower deployment on loopback: fedgca GCA's time per exchange beside a no-op Flower app's, same nodes and rounds.
+
+    .venv/bin/python benchmarks/bench_flower_deploy.py --data-dir ../shared/data [--nodes 3] [--rounds 2]
+
+One SuperLink and ``--nodes`` SuperNodes on 127.0.0.1 (``--insecure``, subprocess isolation: Flower's
+default), started once; on them, one after the other:
+
+* a no-op app — its ServerApp sends every node a message and waits for all replies with Flower's own
+  ``grid.send_and_receive``, 2 × rounds times; its ClientApp replies with an empty record. That is
+  Flower's floor per exchange: SuperLink/SuperNode hand-over, one ``flwr-clientapp`` process per
+  message and its import of flwr;
+* fedgca GCA (magic, one partition per node, 1 reconstruction + 1 alignment epoch, K = 10, the
+  end-of-round evaluation only) — per exchange = the ServerApp's round wall time / the exchanges it
+  counted in ``rounds.jsonl`` (2 per GCA round: ``train`` and ``train.align``, whose reply carries
+  the evaluation).
+
+Prints one table: seconds per exchange of each, their ratio, exchanges per GCA round, and the time a
+fresh interpreter takes to import each ClientApp module (the per-message start-up that Flower 1.41
+cannot avoid: ``flwr-clientapp`` handles one message and exits, in both isolation modes —
+``flwr/supernode/runtime/run_clientapp.py``). Load averages before and after; ratios, not seconds,
+are what compare across machines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fedgca.config import RunConfig
+from fedgca.flower.config import to_run_config
+from fedgca.flower.deploy import LocalDeployment, write_app
+
+NOOP_APP = '''"""A Flower app that does nothing: the floor of one exchange (benchmarks/bench_flower_deploy.py)."""
+import json
+import time
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+server = ServerApp()
+client = ClientApp()
+
+
+@server.main()
+def main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    want, exchanges = int(cfg["nodes"]), int(cfg["exchanges"])
+    nodes: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(nodes) < want and time.monotonic() < deadline:
+        nodes = list(grid.get_node_ids())
+        time.sleep(0.2)
+    seconds = []
+    for i in range(exchanges):
+        t = time.perf_counter()
+        messages = [Message(RecordDict({"c": ConfigRecord({"i": i})}), dst_node_id=n, message_type="train")
+                    for n in nodes]
+        replies = list(grid.send_and_receive(messages, timeout=300))
+        assert len(replies) == len(nodes) and not any(r.has_error() for r in replies)
+        seconds.append(time.perf_counter() - t)
+    Path(cfg["out"]).write_text(json.dumps({"nodes": len(nodes), "exchange_seconds": seconds}))
+
+
+@client.train()
+def train(msg: Message, context: Context) -> Message:
+    return Message(RecordDict({"c": ConfigRecord({"ok": 1})}), reply_to=msg)
+'''
+
+
+def import_seconds(module: str, cwd: Path, repeat: int = 3) -> float:
+    """Best of ``repeat`` fresh interpreters importing ``module`` (what each flwr-clientapp process pays)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"import {module}"], cwd=cwd, check=True)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--out")
+    args = p.parse_args(argv)
+    root = Path(args.out or tempfile.mkdtemp(prefix="fedgca-bench-deploy-"))
+    data_dir = str(Path(args.data_dir).resolve())
+    load_before = os.getloadavg()
+
+    noop_dir = root / "noop-app"
+    noop_dir.mkdir(parents=True, exist_ok=True)
+    (noop_dir / "noop_app.py").write_text(NOOP_APP)
+    exchanges = 2 * args.rounds
+    write_app(noop_dir, {"nodes": args.nodes, "exchanges": exchanges, "out": str(root / "noop.json")},
+              server_app="noop_app:server", client_app="noop_app:client")
+
+    cfg = RunConfig(dataset="magic", clients=args.nodes, rounds=args.rounds, recon_epochs=1, align_epochs=1,
+                    k=10, seed=100).resolved()
+    gca_out = root / "gca"
+    gca_dir = write_app(root / "gca-app", to_run_config(cfg, out_dir=str(gca_out), eval_recon_epochs=False))
+    nodes = [{"partition-id": i, "num-partitions": args.nodes, "data-dir": data_dir, "cache-dir": str(root / "cache")}
+             for i in range(args.nodes)]
+
+    with LocalDeployment(root / "deploy", nodes) as dep:
+        t = time.perf_counter()
+        res = dep.run(noop_dir, timeout=1800)
+        noop_wall = time.perf_counter() - t
+        if res.returncode != 0:
+            raise SystemExit(f"no-op app failed:\n{res.stdout[-3000:]}")
+        t = time.perf_counter()
+        res = dep.run(gca_dir, timeout=3600)
+        gca_wall = time.perf_counter() - t
+        if res.returncode != 0:
+            raise SystemExit(f"fedgca GCA failed:\n{res.stdout[-3000:]}")
+
+    noop = json.loads((root / "noop.json").read_text())
+    rounds = [json.loads(line) for line in (gca_out / "rounds.jsonl").read_text().splitlines() if line.strip()]
+    gca_exchanges = sum(r["exchanges"] for r in rounds)
+    gca_per_exchange = sum(r["wall_seconds"] for r in rounds) / gca_exchanges
+    noop_per_exchange = sum(noop["exchange_seconds"]) / len(noop["exchange_seconds"])
+    imports = {m: import_seconds(m, root) for m in ("flwr.clientapp", "fedgca.flower.client_app")}
+    load_after = os.getloadavg()
+
+    print(f"# {Path(sys.argv[0]).name} --nodes {args.nodes} --rounds {args.rounds}  (loopback, --insecure, "
+          f"subprocess isolation; {os.cpu_count()} CPUs)")
+    print(f"load average (1/5/15 min) before {tuple(round(x, 2) for x in load_before)}, "
+          f"after {tuple(round(x, 2) for x in load_after)}")
+    print()
+    print(f"{'app':<22}{'exchanges':>10}{'s / exchange':>14}{'s / round':>11}{'run wall s':>12}")
+    print(f"{'no-op Flower app':<22}{len(noop['exchange_seconds']):>10}{noop_per_exchange:>14.2f}"
+          f"{2 * noop_per_exchange:>11.2f}{noop_wall:>12.1f}")
+    print(f"{'fedgca GCA':<22}{gca_exchanges:>10}{gca_per_exchange:>14.2f}"
+          f"{sum(r['wall_seconds'] for r in rounds) / len(rounds):>11.2f}{gca_wall:>12.1f}")
+    print()
+    print(f"fedgca / no-op per exchange: {gca_per_exchange / noop_per_exchange:.2f}x;  "
+          f"exchanges per GCA round: {gca_exchanges / len(rounds):g}")
+    print("import in a fresh interpreter (best of 3): "
+          + ", ".join(f"{m} {s:.2f} s" for m, s in imports.items()))
+    print(f"no-op exchanges (s): {', '.join(f'{s:.2f}' for s in noop['exchange_seconds'])};  "
+          f"GCA rounds (s): {', '.join(str(r['wall_seconds']) for r in rounds)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
