@@ -1,0 +1,108 @@
+"""What stacking S seeds into one computation could buy: the engine's per-seed cost at S = 1 vs S = 3.
+
+    .venv/bin/python benchmarks/bench_stacking.py --data-dir ../shared/data [--configs magic,academic] [--repeat 3]
+
+Seeds of one (dataset, method, config) are independent federations with identical shapes, so S of them
+can run as one stack of S·C client slots. This measures the UPPER BOUND of that idea, without building
+it: the same stacked engine with the client axis tripled (the shards repeated; identical shapes and
+work per slot), timed per seed for each part of a GCA round that stacks —
+
+* a reconstruction epoch, an alignment epoch (the mini-batch loop: where per-step overhead would be
+  amortised over 3× the slots), and
+* scoring the test set with every slot's model (the evaluation: 6 per GCA round),
+
+next to the parts that cannot stack (one GMM fit per seed: the server's clustering is per federation).
+Per seed, S = 3 time / S = 1 time is the fraction a 3-seed stack would take; the round's projected
+speed-up weights the parts as one GCA round does (5 recon + 5 align epochs, 6 evaluations, 1 fit).
+S = 1 and S = 3 alternate ``--repeat`` times (minimum kept), at 1 torch thread.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_simulator import shards_for  # noqa: E402
+
+from fedgca import seeding  # noqa: E402
+from fedgca.data import load_dataset  # noqa: E402
+from fedgca.evaluation.metrics import shared_scores  # noqa: E402
+from fedgca.models import TabularAE  # noqa: E402
+from fedgca.protocol import gca  # noqa: E402
+from fedgca.protocol.clustering import ClusterSummary  # noqa: E402
+from fedgca.threads import limit_threads  # noqa: E402
+from fedgca.training import gca as gca_training  # noqa: E402
+from fedgca.training.loop import ClientShards  # noqa: E402
+from fedgca.training.stacked import StackedModels  # noqa: E402
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def per_seed_times(arrays, cfg, test_x, seeds: int) -> dict:
+    """Seconds per seed of one recon epoch, one align epoch and one test-set scoring, S = ``seeds`` stacked."""
+    arrays = arrays * seeds
+    n = len(arrays)
+    torch.manual_seed(0)
+    stack = StackedModels([TabularAE(arrays[0].shape[1]) for _ in range(n)])
+    shards = ClientShards.from_arrays(arrays)
+    part, ids = torch.ones(n, dtype=torch.bool), range(n)
+    codes = gca_training.encode_uploads(stack, shards, seeding.client_rngs(0, "upload", (0,), ids), cfg.rho, part)
+    pay = gca.broadcast_payload(gca.aggregate_codes(codes[: len(codes) // seeds], cfg, 0))
+    summary = ClusterSummary(pay["centroids"], pay["counts"])
+    recon = lambda: gca_training.reconstruction_epoch(  # noqa: E731
+        stack, shards, seeding.client_rngs(0, "recon", (0, 0), ids), cfg, part)
+    align = lambda: gca_training.alignment_epoch(  # noqa: E731
+        stack, shards, seeding.client_rngs(0, "align", (0, 0), ids), cfg, summary, part)
+    score = lambda: shared_scores(stack, test_x)  # noqa: E731
+    recon(), score()  # warm-up
+    return {"recon": _timed(recon) / seeds, "align": _timed(align) / seeds, "eval": _timed(score) / seeds}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--configs", default="magic,academic")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    limit_threads(1)
+    load = os.getloadavg()
+    print(f"# bench_stacking.py --configs {args.configs} --repeat {args.repeat}; torch {torch.__version__}, 1 thread; "
+          f"load average before {tuple(round(x, 2) for x in load)}")
+    print(f"\n{'config':<10} {'part (per seed)':<24} {'S=1 ms':>8} {'S=3 ms':>8} {'S=3 / S=1':>10}")
+    for name in args.configs.split(","):
+        arrays, preset = shards_for(name, args.data_dir)
+        cfg = gca.GCAConfig(k=preset["k"], rho=preset["rho"])
+        test_x = torch.as_tensor(load_dataset(name, args.data_dir).test_x, dtype=torch.float32)
+        best = {1: {}, 3: {}}
+        for _ in range(args.repeat):
+            for s in (1, 3):
+                for part, sec in per_seed_times(arrays, cfg, test_x, s).items():
+                    best[s][part] = min(best[s].get(part, np.inf), sec)
+        rng = np.random.default_rng(0)
+        codes = [rng.normal(size=(gca.upload_size(len(a), cfg.rho), 16)).astype(np.float32) for a in arrays]
+        fit = min(_timed(lambda: gca.aggregate_codes(codes, cfg, 0)) for _ in range(args.repeat))
+        labels = {"recon": "recon epoch", "align": "align epoch", "eval": "test-set scoring"}
+        for part, label in labels.items():
+            a, b = best[1][part], best[3][part]
+            print(f"{name:<10} {label:<24} {1e3 * a:>8.1f} {1e3 * b:>8.1f} {b / a:>10.2f}")
+        print(f"{name:<10} {'GMM fit (cannot stack)':<24} {1e3 * fit:>8.1f} {1e3 * fit:>8.1f} {1.0:>10.2f}")
+        weights = {"recon": cfg.recon_epochs, "align": cfg.align_epochs, "eval": cfg.recon_epochs + 1}
+        one = sum(w * best[1][p] for p, w in weights.items()) + fit
+        three = sum(w * best[3][p] for p, w in weights.items()) + fit
+        print(f"{name:<10} {'GCA round, projected':<24} {1e3 * one:>8.1f} {1e3 * three:>8.1f} {three / one:>10.2f}"
+              f"   → 3 seeds stacked at most {one / three:.2f}x faster than 3 sequential runs")
+    print(f"load average after {tuple(round(x, 2) for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
