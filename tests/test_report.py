@@ -223,3 +223,39 @@ def test_tiny_real_run_end_to_end(tmp_path, data_dir):
     inputs = _table(data, "comm_inputs")
     assert inputs.grid() == [["academic", "10", "390", "16", "46,758"]]
     assert (paths["dir"] / "curves_iid_academic.png").exists()
+
+
+def test_weighting_ablation_paper_statistic_from_real_runs(tmp_path, data_dir):
+    """metrics_clients.csv holds each evaluation client by client (its mean is metrics.csv's row), and the
+    report's weighting-ablation table with the paper's statistic — per seed, client 0's best accuracy over
+    the alignment-epoch evaluations — equals that maximum taken from the checkpoint's own rows."""
+    import math
+
+    from fedgca.rundir import load_tensors
+    from fedgca.simulation.runner import run
+
+    expect = {}
+    for weights in ("inverse", "uniform"):
+        for seed in (100, 200):
+            cfg = RunConfig("academic", rounds=2, recon_epochs=1, align_epochs=2, eval_align_epochs=True,
+                            weights=weights, seed=seed)
+            out = tmp_path / "runs" / f"{weights}-{seed}"
+            run(cfg, out, data_dir=data_dir, progress=False)
+            rows = load_tensors(out / "checkpoint.pt")["rows"]
+            per = list(csv.DictReader((out / "metrics_clients.csv").open(newline="")))
+            overall = list(csv.DictReader((out / "metrics.csv").open(newline="")))
+            assert len(per) == 10 * len(overall) == 10 * len(rows)  # C = 10 clients per evaluation
+            for i, row in enumerate(overall):
+                mine = [float(p["accuracy"]) for p in per[10 * i: 10 * (i + 1)]]
+                assert [p["client"] for p in per[10 * i: 10 * (i + 1)]] == [str(c) for c in range(10)]
+                assert math.isclose(sum(mine) / 10, float(row["accuracy"]), rel_tol=1e-12)
+            align = [r["per_client"]["accuracy"][0] for r in rows if r["phase"] == "align"]
+            assert len(align) == 2 * 2  # R × T_align evaluations
+            expect.setdefault(weights, []).append(max(align))
+    data = report.build(tmp_path)
+    table = _table(data, "iid_weights_align_client0")
+    (row,) = table.rows
+    assert row[:3] == ["academic", "GMM", "10"]
+    for cell, weights in zip(row[3:5], ("inverse", "uniform")):
+        assert math.isclose(cell[0], sum(expect[weights]) / 2, rel_tol=1e-12) and cell[2] == 2
+    assert row[5] == f"{100 * (row[4][0] - row[3][0]):+.2f}"

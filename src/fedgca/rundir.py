@@ -21,15 +21,17 @@ from pathlib import Path
 
 import torch
 
-from fedgca.evaluation.selection import METRIC_FIELDS
+from fedgca.evaluation.selection import DETECTION, METRIC_FIELDS
 
 CONFIG = "config.json"
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.csv"
+CLIENT_METRICS = "metrics_clients.csv"
 COMM = "comm.json"
 SUMMARY = "summary.json"
 MANIFEST = "manifest.json"
 CLIENTS = "clients"
+CLIENT_METRIC_FIELDS = ["round", "phase", "epoch", "client", *DETECTION]
 
 
 class RunFileError(ValueError):
@@ -67,13 +69,32 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
 
 
 def write_metrics(run_dir, rows: list[dict]) -> None:
-    """metrics.csv: one row per evaluation, the same columns from both drivers (rebuilt from the checkpoint
-    on resume, so it needs no fsync)."""
+    """metrics.csv: one row per evaluation, the same columns from both drivers; metrics_clients.csv: the
+    same evaluations client by client (statistics of one client, e.g. the weighting ablation's). Both are
+    rebuilt from the checkpoint on resume, so they need no fsync."""
     buf = io.StringIO(newline="")
     w = csv.DictWriter(buf, fieldnames=METRIC_FIELDS, extrasaction="ignore", lineterminator="\r\n")
     w.writeheader()
     w.writerows(rows)
     atomic_write_text(Path(run_dir) / METRICS, buf.getvalue(), durable=False)
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf, lineterminator="\r\n")
+    w.writerow(CLIENT_METRIC_FIELDS)
+    for row in rows:
+        w.writerows(client_metric_rows(row))
+    atomic_write_text(Path(run_dir) / CLIENT_METRICS, buf.getvalue(), durable=False)
+
+
+def client_metric_rows(row: dict) -> list[list]:
+    """One metrics row's per-client figures as metrics_clients.csv lines (client = the client's id: its
+    slot in the simulator, its registered id on Flower)."""
+    per = row.get("per_client") or {}
+    if not per:
+        return []
+    n = len(per[DETECTION[0]])
+    ids = per.get("client_id") or range(n)
+    return [[row["round"], row["phase"], row["epoch"], int(c), *(per[m][i] for m in DETECTION)]
+            for i, c in enumerate(ids)]
 
 
 class _HashingWriter:

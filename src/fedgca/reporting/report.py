@@ -73,6 +73,7 @@ from fedgca.reporting.render import (
     tex_table,
     tidy_cells,
 )
+from fedgca.rundir import CLIENT_METRICS
 from fedgca.tabletext import dicts_csv
 
 log = logging.getLogger("fedgca")
@@ -165,7 +166,42 @@ def weight_tables(groups, setting, partition: str, tag: str, heading: str) -> li
                          f"(K* from the inverse-weight K sweep, paper rule). {protocol_note(protocol, setting)}. "
                          "Δ = uniform − inverse, in points",
                          protocol, ["dataset", "backend", "K*", "inverse", "uniform", "Δ (pts)"], rows, label_cols=2))
+    rows = []
+    for f in sorted(fams, key=lambda f: (tables.dataset_rank(f[0]), _backend_rank(f[1]), str(f[2]))):
+        best = k_star(inv[f])
+        u = next((g for g in uni[f] if g.k == best.k), None) if best else None
+        if u is None:
+            continue
+        ci, cu = (tables.mean_std([v for v in (align_peak_of_client(r) for r in g.runs) if v is not None])
+                  for g in (best, u))
+        if not (ci[2] and cu[2]):
+            continue  # these runs did not evaluate after alignment epochs (--eval-align-epochs)
+        rows.append([f[0], BACKEND_LABELS.get(f[1], f[1]) + labels[f[2]], str(best.k), ci, cu,
+                     f"{100 * (cu[0] - ci[0]):+.2f}"])
+    if rows:
+        out.append(Table(f"{tag}_weights_align_client{ABLATION_CLIENT}",
+                         f"{heading}, the paper's statistic: per seed, the highest accuracy (%) of one fixed client "
+                         f"(client {ABLATION_CLIENT}) over the evaluations after every alignment epoch "
+                         "(R × T_align of them; runs with --eval-align-epochs), mean ± std over seeds, at K*. "
+                         "Uses test labels, like the paper's peak; the tables above use the all-client mean at the "
+                         "paper's evaluation points instead. Δ = uniform − inverse, in points",
+                         "peak", ["dataset", "backend", "K*", "inverse", "uniform", "Δ (pts)"], rows, label_cols=2))
     return out
+
+
+ABLATION_CLIENT = 0  # the weighting ablation's "one fixed client" (its statistic: align_peak_of_client)
+
+
+def align_peak_of_client(run: Run, client: int = ABLATION_CLIENT) -> float | None:
+    """The highest test accuracy of ``client`` over the run's alignment-epoch evaluations (metrics_clients.csv);
+    None when the run has none (it was not run with --eval-align-epochs, or predates that file)."""
+    path = run.path / CLIENT_METRICS
+    if not path.exists():
+        return None
+    with path.open(newline="") as f:
+        values = [float(r["accuracy"]) for r in csv.DictReader(f)
+                  if r["phase"] == "align" and int(r["client"]) == client]
+    return max(values) if values else None
 
 
 def attack_tables(attacks: list[dict]) -> list[Table]:

@@ -91,7 +91,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     names = save_client_detectors(out, fed, method)
     rundir.atomic_write_text(out / rundir.COMM, json.dumps(comm, indent=1))
     rundir.atomic_write_text(out / rundir.SUMMARY, json.dumps(summary, indent=2))
-    rundir.record(out, rundir.METRICS, rundir.COMM, *names, rundir.SUMMARY)
+    rundir.record(out, rundir.METRICS, rundir.CLIENT_METRICS, rundir.COMM, *names, rundir.SUMMARY)
     return summary
 
 
