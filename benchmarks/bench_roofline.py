@@ -10,11 +10,12 @@ given torch thread count, beside the sgemm rate measured in the same run at the 
   reconstruction epoch) + upload + clustering + T_align alignment epochs + the end-of-round evaluation;
 * baseline round = E local epochs + one evaluation of the global model (the test set scored once).
 
-Protocol FLOPs (P = autoencoder parameters, N = training rows of all clients, M = test rows, C clients):
-reconstruction epoch 6·P·N (forward 2P, backward 4P per row); alignment epoch 3·P·N (the encoder is
-half the model: 6·P/2); evaluation 2·P·(C·M + N) (every client scores the test set with its own
-model, and its own training rows for τ; a baseline's global model scores the test set once:
-2·P·(M + N)); clustering and Adam are overhead by this count. % of roofline = achieved / sgemm.
+Protocol FLOPs (``fedgca.experiments.cost``, which the sweep's ETA also uses; P = autoencoder parameters,
+N = training rows of all clients, M = test rows, C clients): reconstruction epoch 6·P·N (forward 2P,
+backward 4P per row); alignment epoch 3·P·N (the encoder is half the model: 6·P/2); evaluation
+2·P·(C·M + N) (every client scores the test set with its own model, and its own training rows for τ;
+a baseline's global model scores the test set once: 2·P·(M + N)); clustering and Adam are overhead by
+this count. % of roofline = achieved / sgemm.
 
 Side by side in the same run: the same GCA round's training epochs as a plain per-client loop with
 PyTorch's fused Adam (``torch.optim.Adam(fused=True)``), and (magic only) the Flower simulation engine's
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import os
 import sys
 import tempfile
@@ -38,9 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_simulator import shards_for  # noqa: E402
 
 from fedgca import seeding  # noqa: E402
-from fedgca.config import RunConfig  # noqa: E402
+from fedgca.config import DATASET_PRESETS, RunConfig  # noqa: E402
 from fedgca.data import load_dataset  # noqa: E402
 from fedgca.evaluation.metrics import evaluate_clients  # noqa: E402
+from fedgca.experiments import cost  # noqa: E402
 from fedgca.models import TabularAE, param_count  # noqa: E402
 from fedgca.protocol import gca  # noqa: E402
 from fedgca.protocol.clustering import ClusterSummary  # noqa: E402
@@ -111,8 +114,12 @@ def bench(name: str, data_dir) -> dict:
             stack, shards, seeding.client_rngs(0, "align", (0, e), ids), cfg, summary, part))
     t["eval"] += _timed(evaluate)
     t_round = time.perf_counter() - t0
-    flops = {"recon": cfg.recon_epochs * 6 * P * N, "align": cfg.align_epochs * 3 * P * N,
-             "eval": (cfg.recon_epochs + 1) * 2 * P * (C * M + N)}
+    sizes = cost.Sizes(clients=C, train_rows=N, val_rows=0, test_rows=M, params=P)
+    run_cfg = RunConfig(dataset=name if name in DATASET_PRESETS else "credit", clients=C, k=preset["k"],
+                        rho=preset["rho"])
+    gca_parts = cost.round_parts(run_cfg, sizes)  # the protocol FLOPs (experiments/cost.py)
+    flops = {"recon": gca_parts["recon"], "align": gca_parts["align"], "eval": gca_parts["eval"]}
+    base_parts = cost.round_parts(dataclasses.replace(run_cfg, method="fedavg"), sizes)
 
     # the same round's training epochs as plain per-client loops with torch's fused Adam
     refs = [ReferenceClient(copy.deepcopy(m), a, cid=i) for i, (m, a) in enumerate(zip(models, arrays))]
@@ -139,7 +146,7 @@ def bench(name: str, data_dir) -> dict:
     t_base_eval = _timed(lambda: evaluate_clients(base, shards, test_x, test_y, 0.75, one_model=True))
     return {"config": name, "C": C, "N": N, "M": M, "P": P, "t": t, "t_round": t_round, "flops": flops,
             "t_loop": t_loop, "t_stacked_train": t_stacked_train, "t_local": t_local, "t_base_eval": t_base_eval,
-            "flops_local": 10 * 6 * P * N, "flops_base_eval": 2 * P * (M + N)}
+            "flops_local": base_parts["local"], "flops_base_eval": base_parts["eval"]}
 
 
 def flower_per_round(data_dir) -> tuple[float, float]:

@@ -114,7 +114,7 @@ def _register_sweep_report_comm(sub) -> None:
 def cmd_sweep(args) -> int:
     import sys
 
-    from fedgca.experiments import sweep
+    from fedgca.experiments import cost, sweep
 
     spec = sweep.load_spec(args.spec)
     out = args.out or spec.out
@@ -123,10 +123,19 @@ def cmd_sweep(args) -> int:
     data_dir = args.data_dir or spec.data_dir
     if args.dry_run:
         states = sweep.status(Path(out), spec.configs)
+        flops = sweep.predicted_flops(spec.configs, data_dir) or {}
         for cfg in spec.configs:
-            print(f"{cfg.key()}  {states[cfg.key()]:8s}  {sweep.describe(cfg)}")
+            f = flops.get(cfg.key())
+            print(f"{cfg.key()}  {states[cfg.key()]:8s}  {'' if f is None else f'{f / 1e12:7.2f} TFLOP  '}"
+                  f"{sweep.describe(cfg)}")
         counts = {s: list(states.values()).count(s) for s in ("finished", "partial", "failed", "pending")}
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(spec.configs)}", file=sys.stderr)
+        if flops:
+            left = sum(f for k, f in flops.items() if states[k] != "finished")
+            rate = sweep.measured_rate(Path(out), flops)
+            pace = (f"≈ {cost.hours(left / rate)} of one worker at the {rate / 1e9:.1f} GFLOP/s its finished runs "
+                    "averaged" if rate else "no finished run to measure a pace on yet")
+            print(f"to run: {left / 1e12:.1f} TFLOP of protocol work (experiments/cost.py); {pace}", file=sys.stderr)
         return 0
     res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
                           verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed)

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from fedgca import methods
 from fedgca.config import ADDED_LATER, RunConfig
+from fedgca.experiments import cost
 from fedgca.protocol.fedprox import effective_coefficient
 from fedgca.rundir import CHECKPOINT, SUMMARY
 from fedgca.threads import available_cores, limit_threads
@@ -265,6 +266,7 @@ def _record(ledger: Ledger, finished: set, result: dict, cfg: RunConfig, root: P
                           **{k: v for k, v in res.items() if k != "status"})
             finished.add(key)
         result["finished"] += 1
+        result["flops_done"] = result.get("flops_done", 0.0) + result.get("flops", {}).get(key, 0.0)
         done = result["finished"] + len(result["failed"])
         log.info("[%d/%d] finished %s (%s)%s%s", done, n_todo, key, describe(cfg),
                  f" peak acc {res['peak_accuracy']:.4f}" if "peak_accuracy" in res else "", _eta(result, done, n_todo))
@@ -272,19 +274,43 @@ def _record(ledger: Ledger, finished: set, result: dict, cfg: RunConfig, root: P
         ledger.append("failed", key, out=str(d), config=cfg.to_dict(), error=res["error"],
                       traceback=res.get("traceback", ""))
         result["failed"].append({"key": key, "run": describe(cfg), "error": res["error"]})
+        result["flops_total"] = result.get("flops_total", 0.0) - result.get("flops", {}).get(key, 0.0)
         log.error("run %s (%s) failed: %s", key, describe(cfg), res["error"])
 
 
 def _eta(result: dict, done: int, n_todo: int) -> str:
-    """'; 12m elapsed, ETA 40m' from this invocation's pace (runs finish in parallel: the pace includes it)."""
+    """'; 12m elapsed, ETA 40m' from this invocation's pace (runs finish in parallel: the pace includes it).
+
+    The pace is per protocol FLOP (``experiments.cost``) when every run's could be counted — an adult run
+    costs ~6× an academic one, so a count of runs misleads — else per run.
+    """
     if "t0" not in result or not done:
         return ""
     elapsed = time.monotonic() - result["t0"]
+    total, did = result.get("flops_total"), result.get("flops_done")
+    if total and did:
+        left = elapsed / did * (total - did)
+        return f"; {cost.hours(elapsed)} elapsed, ETA {cost.hours(left)} ({(total - did) / 1e12:.1f} TFLOP left)"
+    return f"; {cost.hours(elapsed)} elapsed, ETA {cost.hours(elapsed / done * (n_todo - done))}"
 
-    def hm(s: float) -> str:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m" if s >= 3600 else f"{int(s // 60)}m{int(s % 60):02d}s"
 
-    return f"; {hm(elapsed)} elapsed, ETA {hm(elapsed / done * (n_todo - done))}"
+def predicted_flops(configs: list[RunConfig], data_dir=None) -> dict[str, float] | None:
+    """Each run's protocol FLOPs by key; None when a dataset cannot be read here (the ETA then counts runs)."""
+    try:
+        return {c.key(): cost.run_flops(c, cost.sizes(c, data_dir)) for c in configs}
+    except Exception as err:  # noqa: BLE001 — an ETA is not worth failing a sweep for
+        log.warning("no FLOP-based ETA (%s: %s); counting runs instead", type(err).__name__, err)
+        return None
+
+
+def measured_rate(root: Path, flops: dict[str, float]) -> float | None:
+    """Protocol FLOPs per second of the runs this sweep directory finished (the ledger's run times)."""
+    did = secs = 0.0
+    for e in Ledger(Path(root) / LEDGER).events():
+        if e.get("event") == "finished" and e.get("seconds") and e["key"] in flops and not e.get("resumed"):
+            did += flops[e["key"]]
+            secs += float(e["seconds"])
+    return did / secs if secs else None
 
 
 def describe(cfg: RunConfig) -> str:
@@ -324,11 +350,16 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
              result["skipped"], len(todo), workers)
     if not todo:
         return result
+    flops = predicted_flops(todo, data_dir)
+    if flops:
+        result.update(flops=flops, flops_total=sum(flops.values()), flops_done=0.0)
+        log.info("sweep %s: %.1f TFLOP of protocol work to run (experiments/cost.py)", root, result["flops_total"] / 1e12)
     result["t0"] = time.monotonic()  # for the ETA in the progress lines; removed before returning
     try:
         _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
     finally:
-        result.pop("t0", None)
+        for k in ("t0", "flops", "flops_total", "flops_done"):
+            result.pop(k, None)
     return result
 
 

@@ -1,0 +1,77 @@
+"""experiments/cost.py: the protocol FLOPs it predicts equal the rows the engine actually trains and scores.
+
+Tiny real runs count every trained row (per epoch: the participating clients' rows; 6P for a full-model
+epoch, 3P for an encoder-only alignment epoch) and every scored row (2P) by wrapping the engine's own
+functions; their sum must equal ``cost.run_flops`` for each kind of method.
+"""
+from __future__ import annotations
+
+import pytest
+
+from fedgca.config import RunConfig
+from fedgca.experiments import cost
+
+
+@pytest.fixture()
+def counted(monkeypatch):
+    import fedgca.evaluation.metrics as metrics
+    import fedgca.simulation.runner as runner
+    import fedgca.training.gca as gca_training
+    import fedgca.training.local as local
+
+    rows = {"train6": 0, "train3": 0, "scored": 0}
+
+    def count_epoch(real):
+        def wrapped(clients, shards, rngs, batch_size, loss_fn, keys, participating):
+            n = int(shards.sizes[participating.numpy().astype(bool)].sum())
+            rows["train6" if len(keys) == len(clients.params) else "train3"] += n
+            return real(clients, shards, rngs, batch_size, loss_fn, keys, participating)
+        return wrapped
+
+    def count_shared(real):
+        def wrapped(clients, x):
+            rows["scored"] += clients.num_clients * len(x)
+            return real(clients, x)
+        return wrapped
+
+    def count_shards(real):
+        def wrapped(clients, shards):
+            rows["scored"] += int(shards.sizes.sum())
+            return real(clients, shards)
+        return wrapped
+
+    for mod in (gca_training, local):
+        monkeypatch.setattr(mod, "run_epoch", count_epoch(mod.run_epoch))
+    monkeypatch.setattr(metrics, "shared_scores", count_shared(metrics.shared_scores))
+    monkeypatch.setattr(metrics, "shard_scores", count_shards(metrics.shard_scores))
+    monkeypatch.setattr(runner, "shard_scores", count_shards(runner.shard_scores))
+    return rows
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(method="gca"),
+    dict(method="gca", eval_align_epochs=True, val_fraction=0.1),
+    dict(method="single"),
+    dict(method="centralized", val_fraction=0.1),
+    dict(method="fedavg", participation=0.5),
+    dict(method="fedprox", baseline_eval="local"),
+], ids=["gca", "gca-align-evals-val", "single", "centralized-val", "fedavg-half", "fedprox-local-eval"])
+def test_predicted_flops_equal_the_engines_work(tmp_path, data_dir, counted, overrides):
+    from fedgca.simulation.runner import run
+
+    cfg = RunConfig("academic", rounds=2, recon_epochs=2, align_epochs=1, local_epochs=2, seed=100, **overrides)
+    run(cfg, tmp_path / "run", data_dir=data_dir, progress=False)
+    sizes = cost.sizes(cfg, data_dir)
+    P = sizes.params
+    measured = 6 * P * counted["train6"] + 3 * P * counted["train3"] + 2 * P * counted["scored"]
+    if cfg.participation < 1:  # the prediction counts the participants' expected rows (m/C of all rows)
+        assert measured == pytest.approx(cost.run_flops(cfg, sizes), rel=0.01)
+    else:
+        assert measured == cost.run_flops(cfg, sizes)
+    assert counted["scored"] > 0 and counted["train6"] > 0
+
+
+def test_sizes_follow_the_partition_and_validation_split(data_dir):
+    s = cost.sizes(RunConfig("academic", val_fraction=0.1), data_dir)
+    assert (s.clients, s.train_rows + s.val_rows, s.test_rows, s.params) == (10, 788, 2842, 46758)
+    assert s.val_rows == sum(int(0.1 * n) for n in [79] * 8 + [78] * 2)
