@@ -145,6 +145,48 @@ def test_stacked_adam_is_bit_identical_to_independent_fused_adams():
                 assert torch.equal(opt.exp_avg_sq[k][i], state["exp_avg_sq"])
 
 
+def test_whole_tensor_adam_steps_are_bit_identical_to_independent_fused_adams():
+    """When every client steps with one step count, tensors whose per-client slice is a whole number of
+    SIMD groups take one kernel call for all clients (``StackedAdam._whole_tensor_keys``); the others, and
+    every step after the counts drift apart, go client by client. Either way each client gets exactly
+    torch.optim.Adam(fused=True)'s update, bit for bit — and on this CPU the whole-tensor path did run."""
+    from fedgca.training.stacked import _SIMD_FLOATS, AdamConfig, StackedAdam
+
+    gen = torch.Generator().manual_seed(1)
+    n_clients, shapes = 6, {"w": (16, 8), "h": (64,), "tail": (5,), "odd": (3, 7)}
+    stacked = {k: torch.randn(n_clients, *s, generator=gen) for k, s in shapes.items()}
+    opt = StackedAdam(stacked, AdamConfig())
+    solo = [{k: stacked[k][i].clone().requires_grad_(True) for k in shapes} for i in range(n_clients)]
+    refs = [torch.optim.Adam(list(p.values()), lr=1e-3, fused=True) for p in solo]
+    whole_calls = []
+    real = opt._whole_tensor_keys
+    opt._whole_tensor_keys = lambda grads: whole_calls.append(real(grads)) or whole_calls[-1]
+    everyone = torch.ones(n_clients, dtype=torch.bool)
+    for step in range(40):
+        active = everyone if step < 15 or step >= 30 else torch.rand(n_clients, generator=gen) < 0.5
+        if step == 30:  # counts drifted in steps 15-29: bring them back together (a reset round)
+            opt.reset()
+            for r in refs:
+                r.state.clear()
+        scale = 10.0 ** float(torch.randint(-6, 3, (1,), generator=gen))
+        grads = {k: scale * torch.randn(n_clients, *s, generator=gen) for k, s in shapes.items()}
+        opt.step(grads, active)
+        for i in map(int, active.nonzero().flatten()):
+            for k in shapes:
+                solo[i][k].grad = grads[k][i].clone()
+            refs[i].step()
+            refs[i].zero_grad(set_to_none=True)
+    for i in range(n_clients):
+        for k in shapes:
+            state = refs[i].state[solo[i][k]]
+            assert torch.equal(stacked[k][i], solo[i][k].detach()), (i, k)
+            assert torch.equal(opt.exp_avg[k][i], state["exp_avg"]) and torch.equal(opt.exp_avg_sq[k][i],
+                                                                                     state["exp_avg_sq"]), (i, k)
+            assert int(opt.step_count[k][i]) == int(state["step"])
+    if torch.backends.cpu.get_cpu_capability() in _SIMD_FLOATS:
+        assert {"w", "h"} <= set().union(*whole_calls) and not {"tail", "odd"} & set().union(*whole_calls)
+
+
 def test_batched_mlp_forward_and_gradients_equal_vmap():
     """The Linear/ReLU fast path computes what vmap(functional_call) computes, values and gradients."""
     from torch.func import functional_call, vmap

@@ -28,6 +28,10 @@ class AdamConfig:
     lr_gamma: float = 0.1
 
 
+# float32 lanes of torch's CPU kernels per vector width (unknown capability: never stack a tensor's update)
+_SIMD_FLOATS = {"AVX2": 8, "AVX512": 16}
+
+
 class StackedAdam:
     """C independent Adam optimisers over stacked parameters ``{name: [C, ...]}``.
 
@@ -35,9 +39,11 @@ class StackedAdam:
     exactly what ``torch.optim.Adam`` keeps per parameter. The update itself is
     torch's own fused Adam kernel, one call per mini-batch (per learning rate)
     with every active client's slice of every tensor as its own tensor and
-    step count: unequal shards, whose step counts drift apart, cost no more
-    calls than equal ones. A parameter that receives no gradient (the frozen
-    decoder during alignment) is not touched, nor is its state.
+    step count (unequal shards, whose step counts drift apart, cost no more
+    calls than equal ones) — or, when every client steps with one step count,
+    the whole stacked tensor where that is bit-identical (``_whole_tensor_keys``).
+    A parameter that receives no gradient (the frozen decoder during alignment)
+    is not touched, nor is its state.
     """
 
     def __init__(self, params: dict[str, Tensor], cfg: AdamConfig):
@@ -48,6 +54,9 @@ class StackedAdam:
         self.exp_avg = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
         self.exp_avg_sq = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
         self.epochs = torch.zeros(n_clients, dtype=torch.long)  # StepLR counters, one step per local epoch
+        self._stacked = {k: p.detach() for k, p in params.items()}
+        self._slice_numel = {k: p[0].numel() for k, p in params.items()}
+        self._simd_floats = _SIMD_FLOATS.get(torch.backends.cpu.get_cpu_capability())
         # per-client views (parameter, m, v, t) of each tensor: the kernel's arguments, made once
         self._client_views = {
             k: list(zip(p.detach().unbind(0), self.exp_avg[k].unbind(0), self.exp_avg_sq[k].unbind(0),
@@ -65,10 +74,47 @@ class StackedAdam:
         clients = active.nonzero().flatten().tolist()
         for lr in sorted({lrs[i] for i in clients}):  # one lr in practice: StepLR steps every 1000 epochs
             group = [i for i in clients if lrs[i] == lr]
-            slots = [(*self._client_views[name][i], rows[i])  # (parameter, m, v, t, gradient) of one client
-                     for name, rows in ((n, g.unbind(0)) for n, g in grads.items()) for i in group]
-            p, m, v, t, g = (list(column) for column in zip(*slots))
+            whole = self._whole_tensor_keys(grads) if len(group) == len(lrs) else set()
+            p, m, v, t, g = [], [], [], [], []
+            common: dict[str, Tensor] = {}  # the stacked tensors' shared step counts, advanced by the kernel
+            for name, grad in grads.items():
+                if name in whole:  # every client at once: the stacked tensor with their common step count
+                    common[name] = self.step_count[name][0].clone()
+                    p.append(self._stacked[name])
+                    g.append(grad)
+                    m.append(self.exp_avg[name])
+                    v.append(self.exp_avg_sq[name])
+                    t.append(common[name])
+                    continue
+                rows = grad.unbind(0)
+                for i in group:  # (parameter, m, v, t) of one client, and its gradient
+                    pi, mi, vi, ti = self._client_views[name][i]
+                    p.append(pi)
+                    m.append(mi)
+                    v.append(vi)
+                    t.append(ti)
+                    g.append(rows[i])
             _fused_adam(p, g, m, v, t, lr, self.cfg)
+            for name, step in common.items():
+                self.step_count[name].fill_(step)
+
+    def _whole_tensor_keys(self, grads: dict[str, Tensor]) -> set[str]:
+        """Tensors that can take one kernel call for all clients with bit-identical results.
+
+        The fused kernel updates a tensor in SIMD-width groups and its remainder element by element, and
+        the two round differently (contracted multiply-adds). A client's slice of a stacked tensor is
+        updated exactly as the client alone would update it when the slice is a whole number of groups
+        (so that no client's elements fall into another's group or the remainder), the kernel runs in
+        one chunk (one thread), and all clients share the step count. Other tensors go client by client.
+        """
+        if self._simd_floats is None or torch.get_num_threads() != 1:
+            return set()
+        out = set()
+        for name in grads:
+            t = self.step_count[name]
+            if self._slice_numel[name] % self._simd_floats == 0 and bool((t == t[0]).all()):
+                out.add(name)
+        return out
 
     def end_epoch(self, active: Tensor) -> None:
         self.epochs += active.long()
