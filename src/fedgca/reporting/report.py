@@ -95,8 +95,11 @@ def comparison_tables(groups, setting, partition: str, tag: str, heading: str) -
     datasets = sorted({d for c in cols for d in c.cells}, key=tables.dataset_rank)
     notes = [c.note for c in cols if c.note]
     out = []
-    for protocol, metric in (("peak", "accuracy"), ("final", "accuracy"), ("selected", "accuracy"),
-                             ("peak", "auroc"), ("final", "auroc"), ("final", "auprc")):
+    combos = [("peak", "accuracy"), ("final", "accuracy"), ("selected", "accuracy"),
+              ("peak", "auroc"), ("final", "auroc"), ("final", "auprc")]
+    if dict(setting).get("val_fraction", 0) > 0:  # a validation-selected round other than the final one
+        combos += [("selected", "auroc"), ("selected", "auprc")]
+    for protocol, metric in combos:
         at = " at the peak-accuracy evaluation" if protocol == "peak" and metric != "accuracy" else ""
         rows = [[ds] + [c.cells[ds].cell(protocol, metric) if ds in c.cells else None for c in cols]
                 for ds in datasets]
