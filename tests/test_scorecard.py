@@ -11,12 +11,14 @@ import pytest
 from fedgca.reporting import scorecard
 
 
-def _summary(root, dataset, method, seed, peak, k=10, rounds=100, partition="iid"):
-    d = root / f"{dataset}-{method}-{k}-{seed}-{rounds}-{partition}"
+def _summary(root, dataset, method, seed, peak, k=10, rounds=100, partition="iid", **protocol):
+    d = root / f"{dataset}-{method}-{k}-{seed}-{rounds}-{partition}-{'-'.join(map(str, protocol.values()))}"
     d.mkdir(parents=True)
+    res = {"accuracy": peak, "auroc": 0.7, "auprc": 0.7}
     (d / "summary.json").write_text(json.dumps({
         "dataset": dataset, "method": method, "seed": seed, "rounds": rounds, "k": k, "backend": "gmm",
-        "weights": "inverse", "partition": partition, "peak": {"accuracy": peak, "auroc": 0.7, "auprc": 0.7}}))
+        "weights": "inverse", "partition": partition, "peak": res, "selected": res,
+        "final": {**res, "accuracy": peak - 0.01}, **protocol}))
 
 
 @pytest.fixture()
@@ -101,3 +103,29 @@ def test_protocol_variants_are_not_paper_cells(fixture_dir):
         "peak": {"accuracy": 0.10, "auroc": 0.7, "auprc": 0.7}}))
     cell = {(r["dataset"], r["method"]): r for r in scorecard.build(fixture_dir)["table"]}
     assert cell["academic", "fedavg"]["seeds"] == 3
+
+
+def test_honest_protocol_cells_and_claims(fixture_dir):
+    """Runs with a validation split and τ on validation rows are the honest section's, never paper cells; a
+    protocol variant with a validation split (local evaluation) is neither."""
+    honest = dict(val_fraction=0.1, threshold="val-quantile")
+    for seed, g, a, s in ((100, 0.640, 0.650, 0.645), (200, 0.642, 0.652, 0.647), (300, 0.644, 0.654, 0.649)):
+        _summary(fixture_dir, "academic", "gca", seed, g, **honest)
+        _summary(fixture_dir, "academic", "fedavg", seed, a, **honest)
+        _summary(fixture_dir, "academic", "single", seed, s, **honest)
+        _summary(fixture_dir, "academic", "fedprox", seed, 0.99, baseline_eval="local", **honest)
+    data = scorecard.build(fixture_dir)
+    paper_cells = {(r["dataset"], r["method"]): r for r in data["table"]}
+    assert paper_cells["academic", "gca"]["fedgca_mean"] == pytest.approx(64.92)  # unchanged by honest runs
+    assert paper_cells["academic", "fedprox"]["verdict"] == "not run"
+    rows = {r["method"]: r for r in data["honest"]}
+    assert set(rows) == {"single", "fedavg", "gca"}  # the local-evaluation variant is not honest either
+    assert rows["gca"]["selected_accuracy_mean"] == pytest.approx(64.2)
+    assert rows["gca"]["final_accuracy_mean"] == pytest.approx(63.2)
+    assert rows["gca"]["fedgca_mean"] == pytest.approx(64.92) and rows["gca"]["paper_mean"] == pytest.approx(64.92)
+    claims = {c["claim"]: c for c in data["honest_claims"]}
+    # paper: GCA ahead of Single and of FedAvg on academic; honest fixture: behind both
+    assert claims["GCA vs Single-Client"]["paper"] == "1/1" and claims["GCA vs Single-Client"]["selected_accuracy"] == "0/1"
+    assert claims["GCA vs FedAvg"]["survives"] == "no" and "GCA vs FedProx" not in claims
+    text = scorecard.render(data, "fixture")
+    assert "| academic | GCA (K*=10) | 64.92 ± 0.01 | 64.92 ± 0.02 | 64.20 ± 0.20 |" in text
