@@ -125,7 +125,8 @@ def test_honest_protocol_cells_and_claims(fixture_dir):
     assert rows["gca"]["fedgca_mean"] == pytest.approx(64.92) and rows["gca"]["paper_mean"] == pytest.approx(64.92)
     claims = {c["claim"]: c for c in data["honest_claims"]}
     # paper: GCA ahead of Single and of FedAvg on academic; honest fixture: behind both
-    assert claims["GCA vs Single-Client"]["paper"] == "1/1" and claims["GCA vs Single-Client"]["selected_accuracy"] == "0/1"
+    single = claims["GCA vs Single-Client"]
+    assert single["paper"] == "1/1" and single["selected_accuracy"] == "0/1"
     assert claims["GCA vs FedAvg"]["survives"] == "no" and "GCA vs FedProx" not in claims
     text = scorecard.render(data, "fixture")
     assert "| academic | GCA (K*=10) | 64.92 ± 0.01 | 64.92 ± 0.02 | 64.20 ± 0.20 |" in text

@@ -5,8 +5,8 @@ comparison only. fedgca's cells come from the finished runs under DIR — ``summ
 and the ``runs.csv`` tables ``fedgca report``/``compare`` write (so that the committed result
 tables regenerate the scorecard) — IID, R = 100, peak accuracy under the paper's protocol, mean
 and sample std over seeds. GCA is GCA-GMM with inverse weights at the paper's K* (SPEC's
-presets); fedgca's own K* (the K with the highest mean peak among those run) is noted beside it. Verdicts: |Δ| within 1.0 pp (1.5 pp on magic,
-whose seeds spread more) → "within", else "outside"; no runs → "not run".
+presets); fedgca's own K* (the K with the highest mean peak among those run) is noted beside it.
+Verdicts: |Δ| within 1.0 pp (1.5 pp on magic, whose seeds spread more) → "within", else "outside"; no runs → "not run".
 
 Beside it, the honest protocol (issue #15, item 5): runs with a validation split, τ on validation rows and
 the round chosen by validation error (``protocol_of``) give the same cells without test labels, and the
