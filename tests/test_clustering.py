@@ -220,3 +220,62 @@ def test_config_errors_are_not_swallowed():
         cluster_codes(Z, 3, seed=0, engine="cuda-magic")
     with pytest.raises(ValueError):
         cluster_codes(Z, 3, seed=0, covariance_type="bogus")
+
+
+def test_gmm_warm_start_starts_each_round_at_the_previous_broadcast(tmp_path, data_dir, monkeypatch):
+    """--gmm-warm-start: round 1 fits from k-means++ (no means_init); every later round's EM starts at the
+    previous round's broadcast centroids; a killed and resumed run carries them over (same metrics); the
+    Flower ServerApp does the same (byte-identical metrics.csv); the default stays the fresh fit."""
+    import torch
+
+    from fedgca.config import RunConfig
+    from fedgca.flower.simulation import simulate
+    from fedgca.protocol.clustering import gmm
+    from fedgca.simulation import runner
+
+    seen = []
+    real_init = gmm.GMMBackend.__init__
+
+    def recording_init(self, *args, means_init=None, **kw):
+        seen.append(None if means_init is None else np.array(means_init))
+        real_init(self, *args, means_init=means_init, **kw)
+
+    monkeypatch.setattr(gmm.GMMBackend, "__init__", recording_init)
+    cfg = RunConfig("magic", clients=3, rounds=3, recon_epochs=1, align_epochs=1, k=10, seed=100,
+                    gmm_warm_start=True)
+    runner.run(cfg, tmp_path / "warm", data_dir=data_dir, progress=False)
+    firsts = seen[::4]  # each round builds the GMM and its three reg_covar retries (unused here)
+    assert len(firsts) == 3 and firsts[0] is None and all(s.shape == (10, 16) for s in firsts[1:])
+    assert not np.array_equal(firsts[1], firsts[2])  # each round starts where the one before ended
+    rows = torch.load(tmp_path / "warm" / "checkpoint.pt", weights_only=True)
+    assert rows["method"]["previous"]["centroids"].shape == (10, 16)
+
+    class Stop(Exception):
+        pass
+
+    class StopAfterRound2:
+        def __init__(self, *a, **k):
+            pass
+
+        def set(self, *a):
+            pass
+
+        def done_round(self, r, row):
+            if r == 1:
+                raise Stop
+
+        def close(self):
+            pass
+
+    with monkeypatch.context() as m:
+        m.setattr(runner, "_progress", lambda *a, **k: StopAfterRound2())
+        with pytest.raises(Stop):
+            runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False)
+    runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False, resume=True)
+    warm_rows = (tmp_path / "warm" / "metrics.csv").read_bytes()
+    assert (tmp_path / "resumed" / "metrics.csv").read_bytes() == warm_rows
+    simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
+    assert (tmp_path / "flower" / "metrics.csv").read_bytes() == warm_rows
+    runner.run(RunConfig(**{**cfg.to_dict(), "gmm_warm_start": False}), tmp_path / "fresh", data_dir=data_dir,
+               progress=False)
+    assert (tmp_path / "fresh" / "metrics.csv").read_bytes() != warm_rows

@@ -74,6 +74,10 @@ class RunConfig:
     threshold: str = _opt("train-quantile", "where τ's quantile is taken: each client's training rows (the paper) "
                           "or its validation rows (needs --val-fraction > 0)", choices=THRESHOLDS)
     eval_align_epochs: bool = _opt(False, "also evaluate after each alignment epoch (diagnostic)")
+    gmm_warm_start: bool = _opt(False, "GCA-GMM: start each round's EM at the previous round's broadcast "
+                                "centroids (a fresh k-means++ start in round 1 and whenever the number of "
+                                "components changes); off = the paper's fresh fit every round. On magic it "
+                                "needed more EM iterations, not fewer (docs/results/bench_gmm_warm.txt)")
     fedprox_mu: float = _opt(1e-2, "FedProx μ ≥ 0")
     fedprox_coef: float | None = _opt(None, "FedProx effective coefficient c ≥ 0", preset="μ/(2B)")
     dp_clip: float = _opt(1.0, "DP-FedAvg clipping norm > 0")
@@ -122,6 +126,9 @@ class RunConfig:
         _check(self, "recon_epochs", int, lambda v: v >= (1 if gca else 0),
                "≥ 1 for GCA (the paper evaluates after every reconstruction epoch)" if gca else "≥ 0")
         _check(self, "eval_align_epochs", bool, lambda v: True, "")
+        _check(self, "gmm_warm_start", bool, lambda v: True, "")
+        if self.gmm_warm_start and self.backend != "gmm":
+            raise ValueError(f"--gmm-warm-start warm-starts the GMM backend only (--backend is {self.backend})")
         for name in ("rho", "participation", "lr_gamma"):
             _check(self, name, float, lambda v: 0 < v <= 1, "in (0, 1]")
         for name in ("quantile", "dp_delta"):
@@ -170,7 +177,7 @@ class RunConfig:
 # Options added after runs were committed, with the default that reproduces those runs.
 ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile",
                "dp_grad_clip": 1.0, "dp_grad_sigma": 1.0, "dp_code_clip": 1.0, "dp_code_sigma": 1.0,
-               "target_epsilon": None}
+               "target_epsilon": None, "gmm_warm_start": False}
 
 
 def option_name(name: str) -> str:

@@ -32,6 +32,7 @@ from fedgca.flower.records import (
 from fedgca.flower.server import FlowerServer
 from fedgca.flower.validation import check_codes, check_params
 from fedgca.protocol import dpfedavg, gca, sampling, server_rules
+from fedgca.protocol.clustering import ClusterSummary
 from fedgca.protocol.gca import UploadError
 
 log = logging.getLogger("fedgca.flower")
@@ -43,6 +44,7 @@ def run_gca(server: FlowerServer) -> None:
     cfg = privacy.message_config(server.cfg, [c.num_examples for c in server.clients])
     gcfg = gca_config(cfg, server.kind)
     dz = int(server.template.latent_dim)
+    previous = None  # the last broadcast (--gmm-warm-start starts the EM there)
     for r in range(cfg.rounds):
         t0 = time.perf_counter()
         part = server.participants(r)
@@ -66,7 +68,9 @@ def run_gca(server: FlowerServer) -> None:
         evals: dict[int, dict] = {}
         if accepted:
             uploads = [accepted[i] for i in sorted(accepted)]  # pooled in client-id order, as the simulator does
-            payload = gca.broadcast_payload(gca.aggregate_codes(uploads, gcfg, seeding.int_seed(cfg.seed, "cluster", r)))
+            payload = gca.broadcast_payload(gca.aggregate_codes(uploads, gcfg, seeding.int_seed(cfg.seed, "cluster", r),
+                                                                previous))
+            previous = ClusterSummary(payload["centroids"], payload["counts"]) if gcfg.warm_start else None
             broadcast_k = int(len(payload["counts"]))
             t2 = time.perf_counter()
             targets = [c for c in part if c.client_id in accepted]

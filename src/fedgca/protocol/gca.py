@@ -100,19 +100,26 @@ class GCAConfig:
     gamma: float = 1.0
     w_max: float = 6.0
     eps: float = 1e-6
+    warm_start: bool = False  # GMM: each round's EM starts at the previous round's centroids (not the paper)
     uniform_weights: bool = False
     dp: RecordDP | None = None  # DP-GCA: DP-SGD epochs and privatised uploads (protocol.dp)
 
 
-def aggregate_codes(uploads: list[np.ndarray], cfg: GCAConfig, seed: int) -> ClusterSummary:
-    """Phase 2 (server): pool the uploads and cluster them into non-empty centroids and counts."""
+def aggregate_codes(uploads: list[np.ndarray], cfg: GCAConfig, seed: int,
+                    previous: ClusterSummary | None = None) -> ClusterSummary:
+    """Phase 2 (server): pool the uploads and cluster them into non-empty centroids and counts.
+
+    ``previous``: the last round's broadcast, where the EM starts with ``cfg.warm_start`` (GMM only).
+    """
     from fedgca.protocol.clustering import (
         cluster_codes,  # server side only: scikit-learn loads here
     )
 
     pooled = np.concatenate([u for u in uploads if u is not None and len(u)], axis=0)
+    warm = previous.centroids if cfg.warm_start and previous is not None else None
     return cluster_codes(
-        pooled, cfg.k, backend=cfg.backend, seed=seed, preset=cfg.cluster_preset, **cfg.cluster_options
+        pooled, cfg.k, backend=cfg.backend, seed=seed, preset=cfg.cluster_preset, warm_means=warm,
+        **cfg.cluster_options
     )
 
 

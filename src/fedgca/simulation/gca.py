@@ -16,6 +16,7 @@ class GCASimulation(SimMethod):
     def __init__(self, fed):
         super().__init__(fed)
         self.gcfg = gca_training.gca_config(fed.cfg, fed.dataset.kind, privacy.resolve(fed.cfg, fed.shards.sizes))
+        self.previous: ClusterSummary | None = None  # the last broadcast (--gmm-warm-start starts the EM there)
 
     def run_round(self, r: int, part: torch.Tensor, evaluate: EvaluateFn) -> CommRecord:
         fed, cfg, seed = self.fed, self.gcfg, self.fed.cfg.seed
@@ -30,8 +31,11 @@ class GCASimulation(SimMethod):
             gca.validate_upload(u, max_rows=gca.upload_size(int(n), cfg.rho), latent_dim=fed.latent_dim)
             for u, n in zip(uploads, fed.shards.sizes) if u is not None
         ]
-        payload = gca.broadcast_payload(gca.aggregate_codes(received, cfg, seeding.int_seed(seed, "cluster", r)))
+        payload = gca.broadcast_payload(gca.aggregate_codes(received, cfg, seeding.int_seed(seed, "cluster", r),
+                                                            self.previous))
         broadcast = ClusterSummary(payload["centroids"], payload["counts"])
+        if cfg.warm_start:
+            self.previous = broadcast
 
         for e in range(cfg.align_epochs):
             gca_training.alignment_epoch(fed.clients, fed.shards, seeding.client_rngs(seed, "align", (r, e), ids), cfg, broadcast, part)
@@ -46,3 +50,13 @@ class GCASimulation(SimMethod):
             participants=[int(i) for i in torch.nonzero(part).flatten()],
             extra={"broadcast_k": int(len(payload["counts"]))},
         )
+
+    def state_dict(self) -> dict:
+        if self.previous is None:
+            return {}
+        return {"previous": {"centroids": torch.as_tensor(self.previous.centroids),
+                             "counts": torch.as_tensor(self.previous.counts)}}
+
+    def load_state_dict(self, state: dict) -> None:
+        prev = state.get("previous")
+        self.previous = None if prev is None else ClusterSummary(prev["centroids"].numpy(), prev["counts"].numpy())

@@ -34,6 +34,7 @@ def gca_config(cfg, kind: str, dp: dp_protocol.RecordDP | None = None) -> GCACon
         batch_size=cfg.batch_size, backend=cfg.backend,
         cluster_preset="tabular" if kind == "tabular" else "vision",
         gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.weight_eps, uniform_weights=cfg.weights == "uniform",
+        warm_start=cfg.gmm_warm_start,
     )
 
 

@@ -90,7 +90,8 @@ def _attempts(backend: str, k: int, seed: int, preset: str, overrides: dict) -> 
 
 
 def cluster_codes(
-    Z: np.ndarray, k: int, *, backend: str = "gmm", seed: int, preset: str = "tabular", **overrides
+    Z: np.ndarray, k: int, *, backend: str = "gmm", seed: int, preset: str = "tabular", warm_means=None,
+    **overrides
 ) -> ClusterSummary:
     """Phase 2 of a GCA round (SPEC §1): cluster the pooled codes, return the non-empty components.
 
@@ -100,12 +101,17 @@ def cluster_codes(
     logged as a warning. Raises ``ValueError`` for invalid input (not a
     non-empty 2-D finite float array, K < 1) or an unknown backend, preset,
     engine or parameter value, and ``TypeError`` for an unknown option name.
+
+    ``warm_means`` (GMM only): initial means — the previous round's centroids — used when there is one per
+    component to fit (else the fit starts fresh, from k-means++).
     """
     Z = _validate_codes(Z)
     if int(k) < 1:
         raise ValueError(f"K must be a positive integer, got {k!r}")
     distinct = np.unique(Z, axis=0)
     k_fit = min(int(k), len(distinct))
+    if warm_means is not None and backend == "gmm" and np.shape(warm_means) == (k_fit, Z.shape[1]):
+        overrides = {**overrides, "means_init": np.asarray(warm_means, dtype=np.float64)}
     attempts = _attempts(backend, k_fit, seed, preset, overrides)  # validates names and options
     if len(distinct) == 1:  # every backend's exact answer: one centroid holding all n codes
         return _summarise(distinct, np.array([float(len(Z))]))
