@@ -11,7 +11,10 @@
 7. ``bench_dp.py``        — a DP-GCA round vs a GCA round, DP-SGD vs Adam (record-level DP's overhead);
 8. ``bench_roofline.py``  — each part of a GCA / baseline round against the same-run sgemm rate (% of roofline),
                             beside a fused-Adam per-client loop and the Flower simulation engine;
-9. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps.
+9. ``bench_stacking.py``  — what stacking 3 seeds into one computation could buy (per-seed cost, S = 1 vs 3);
+10. ``bench_gmm_warm.py`` — ``--gmm-warm-start`` vs scikit-learn's fresh fit on a real run's codes;
+11. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps;
+12. ``bench_flower_deploy.py`` — a loopback deployment: fedgca GCA per exchange vs a no-op Flower app.
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -42,9 +45,13 @@ def main() -> int:
         [str(HERE / "bench_adam.py"), *data, *(["--repeat", "50"] if args.quick else [])],
         [str(HERE / "bench_dp.py"), *data, *(["--repeat", "1", "--configs", "academic"] if args.quick else [])],
         [str(HERE / "bench_roofline.py"), *data, *(["--configs", "magic", "--no-flower"] if args.quick else [])],
+        [str(HERE / "bench_stacking.py"), *data, *(["--configs", "academic", "--repeat", "1"] if args.quick else [])],
+        [str(HERE / "bench_gmm_warm.py"), *data, *(["--rounds", "3", "--repeat", "1"] if args.quick else [])],
     ]
     if not args.quick:
         jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])
+        if args.data_dir:  # the deployment's nodes read their partitions from the data directory
+            jobs.append([str(HERE / "bench_flower_deploy.py"), *data])
     failed = 0
     for job in jobs:
         print(f"\n=== {' '.join(Path(j).name if j.endswith('.py') else j for j in job)}", flush=True)
