@@ -13,7 +13,6 @@ The ratio DP / plain is the figure (issue #18 asks ≤ 3× per GCA round). Compa
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -24,14 +23,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_simulator import shards_for, stacked_round  # noqa: E402
+from bench_simulator import config_args, shards_for, stacked_round  # noqa: E402
 
 from fedgca.config import RunConfig  # noqa: E402
 from fedgca.models import TabularAE  # noqa: E402
 from fedgca.protocol.dp import RecordDP  # noqa: E402
 from fedgca.protocol.gca import GCAConfig  # noqa: E402
 from fedgca.simulation.runner import run  # noqa: E402
-from fedgca.threads import limit_threads  # noqa: E402
 from fedgca.training.local import local_training  # noqa: E402
 from fedgca.training.loop import ClientShards  # noqa: E402
 from fedgca.training.stacked import StackedModels  # noqa: E402
@@ -72,12 +70,7 @@ def bench(name: str, data_dir, repeat: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--configs", default="magic,academic")
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    limit_threads(1)
+    args = config_args(__doc__.splitlines()[0])
     rows = [bench(name, args.data_dir, args.repeat) for name in args.configs.split(",")]
     print(f"load average (1/5/15 min) at the end: {os.getloadavg()}; 1 torch thread; seconds = min of {args.repeat} repeats")
     print(f"{'config':<10} {'C':>3} {'rows':>7} | {'GCA train':>9} {'DP-GCA':>8} {'ratio':>6} | "

@@ -48,6 +48,19 @@ def stacked_round(stack, shards, cfg, r):
         gca_training.alignment_epoch(stack, shards, seeding.client_rngs(0, "align", (r, e), ids), cfg, summary, part)
 
 
+def config_args(description: str, configs: str = "magic,academic", repeat: int = 3) -> argparse.Namespace:
+    """--data-dir, --configs, --repeat — and one torch thread: what the per-config benchmarks share."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--configs", default=configs)
+    ap.add_argument("--repeat", type=int, default=repeat)
+    args = ap.parse_args()
+    from fedgca.threads import limit_threads
+
+    limit_threads(1)
+    return args
+
+
 def timed(fn) -> float:
     t = time.perf_counter()
     fn()

@@ -18,17 +18,15 @@ S = 1 and S = 3 alternate ``--repeat`` times (minimum kept), at 1 torch thread.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_simulator import shards_for  # noqa: E402
+from bench_simulator import config_args, shards_for, timed  # noqa: E402
 
 from fedgca import seeding  # noqa: E402
 from fedgca.data import load_dataset  # noqa: E402
@@ -36,16 +34,9 @@ from fedgca.evaluation.metrics import shared_scores  # noqa: E402
 from fedgca.models import TabularAE  # noqa: E402
 from fedgca.protocol import gca  # noqa: E402
 from fedgca.protocol.clustering import ClusterSummary  # noqa: E402
-from fedgca.threads import limit_threads  # noqa: E402
 from fedgca.training import gca as gca_training  # noqa: E402
 from fedgca.training.loop import ClientShards  # noqa: E402
 from fedgca.training.stacked import StackedModels  # noqa: E402
-
-
-def _timed(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 def per_seed_times(arrays, cfg, test_x, seeds: int) -> dict:
@@ -65,16 +56,11 @@ def per_seed_times(arrays, cfg, test_x, seeds: int) -> dict:
         stack, shards, seeding.client_rngs(0, "align", (0, 0), ids), cfg, summary, part)
     score = lambda: shared_scores(stack, test_x)  # noqa: E731
     recon(), score()  # warm-up
-    return {"recon": _timed(recon) / seeds, "align": _timed(align) / seeds, "eval": _timed(score) / seeds}
+    return {"recon": timed(recon) / seeds, "align": timed(align) / seeds, "eval": timed(score) / seeds}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--configs", default="magic,academic")
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    limit_threads(1)
+    args = config_args(__doc__.splitlines()[0])
     load = os.getloadavg()
     print(f"# bench_stacking.py --configs {args.configs} --repeat {args.repeat}; torch {torch.__version__}, 1 thread; "
           f"load average before {tuple(round(x, 2) for x in load)}")
@@ -90,7 +76,7 @@ def main() -> None:
                     best[s][part] = min(best[s].get(part, np.inf), sec)
         rng = np.random.default_rng(0)
         codes = [rng.normal(size=(gca.upload_size(len(a), cfg.rho), 16)).astype(np.float32) for a in arrays]
-        fit = min(_timed(lambda: gca.aggregate_codes(codes, cfg, 0)) for _ in range(args.repeat))
+        fit = min(timed(lambda: gca.aggregate_codes(codes, cfg, 0)) for _ in range(args.repeat))
         labels = {"recon": "recon epoch", "align": "align epoch", "eval": "test-set scoring"}
         for part, label in labels.items():
             a, b = best[1][part], best[3][part]
