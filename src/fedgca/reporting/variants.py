@@ -28,7 +28,7 @@ import numpy as np
 from fedgca import methods
 from fedgca.config import RunConfig
 from fedgca.reporting import tables
-from fedgca.reporting.scorecard import paper_tables
+from fedgca.reporting.scorecard import ROUNDS, paper_tables
 from fedgca.tabletext import dicts_csv, markdown
 
 FIELDS = ["dataset", "method", "evaluation", "optimizer_state", "threshold", "rounds", "seeds", "mean", "std",
@@ -47,7 +47,8 @@ def _peaks(run_dir: Path, cfg: RunConfig) -> dict[str, float]:
 
 
 def collect(root) -> dict[tuple, list[float]]:
-    """{(dataset, method, evaluation, optimizer_state, threshold, rounds): [peak per seed]} over the runs."""
+    """{(dataset, method, evaluation, optimizer_state, threshold, rounds): [peak per seed]} over the IID R = 100
+    runs (a directory of several sweeps may hold shorter ones)."""
     cells: dict[tuple, dict[int, float]] = defaultdict(dict)
     for summary in sorted(Path(root).rglob("summary.json")):
         run_dir = summary.parent
@@ -57,8 +58,8 @@ def collect(root) -> dict[tuple, list[float]]:
             continue
         if methods.get(cfg.method).family != "parameter-sharing" or methods.get(cfg.method).record_dp:
             continue
-        if cfg.partition != "iid" or not (run_dir / "metrics.csv").exists():
-            continue
+        if cfg.partition != "iid" or cfg.rounds != ROUNDS or not (run_dir / "metrics.csv").exists():
+            continue  # the paper's setting only (e.g. not the DP sweep's R = 10 FedAvg runs)
         for variant, peak in _peaks(run_dir, cfg).items():
             key = (cfg.dataset, cfg.method, variant, cfg.optimizer_state, cfg.threshold, cfg.rounds)
             cells[key][cfg.seed] = peak
