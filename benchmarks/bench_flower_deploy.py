@@ -5,10 +5,11 @@
 One SuperLink and ``--nodes`` SuperNodes on 127.0.0.1 (``--insecure``, subprocess isolation: Flower's
 default), started once; on them, one after the other:
 
-* a no-op app — its ServerApp sends every node a message and waits for all replies with Flower's own
-  ``grid.send_and_receive``, 2 × rounds times; its ClientApp replies with an empty record. That is
-  Flower's floor per exchange: SuperLink/SuperNode hand-over, one ``flwr-clientapp`` process per
-  message and its import of flwr;
+* a no-op app — its ServerApp pushes every node a message and pulls until all replies are in, polling
+  every 0.2 s as fedgca's ServerApp does (``grid.send_and_receive`` would sleep 3 s between pulls and
+  flatter fedgca), 2 × rounds times; its ClientApp replies with an empty record. That is Flower's
+  floor per exchange: SuperLink/SuperNode hand-over, one ``flwr-clientapp`` process per message and
+  its import of flwr;
 * fedgca GCA (magic, one partition per node, 1 reconstruction + 1 alignment epoch, K = 10, the
   end-of-round evaluation only) — per exchange = the ServerApp's round wall time / the exchanges it
   counted in ``rounds.jsonl`` (2 per GCA round: ``train`` and ``train.align``, whose reply carries
@@ -62,8 +63,12 @@ def main(grid: Grid, context: Context) -> None:
         t = time.perf_counter()
         messages = [Message(RecordDict({"c": ConfigRecord({"i": i})}), dst_node_id=n, message_type="train")
                     for n in nodes]
-        replies = list(grid.send_and_receive(messages, timeout=300))
-        assert len(replies) == len(nodes) and not any(r.has_error() for r in replies)
+        pending = set(grid.push_messages(messages))
+        while pending:  # fedgca's exchange loop (fedgca.flower.server.POLL_SECONDS)
+            for reply in grid.pull_messages(list(pending)):
+                assert not reply.has_error(), reply.error
+                pending.discard(reply.metadata.reply_to_message_id)
+            time.sleep(0.2)
         seconds.append(time.perf_counter() - t)
     Path(cfg["out"]).write_text(json.dumps({"nodes": len(nodes), "exchange_seconds": seconds}))
 
