@@ -63,12 +63,15 @@ def main(grid: Grid, context: Context) -> None:
         t = time.perf_counter()
         messages = [Message(RecordDict({"c": ConfigRecord({"i": i})}), dst_node_id=n, message_type="train")
                     for n in nodes]
-        pending = set(grid.push_messages(messages))
+        pending = {str(m) for m in grid.push_messages(messages)}
+        deadline = time.monotonic() + 300
         while pending:  # fedgca's exchange loop (fedgca.flower.server.POLL_SECONDS)
+            assert time.monotonic() < deadline, "no reply within 300 s"
             for reply in grid.pull_messages(list(pending)):
                 assert not reply.has_error(), reply.error
-                pending.discard(reply.metadata.reply_to_message_id)
-            time.sleep(0.2)
+                pending.discard(str(reply.metadata.reply_to_message_id))
+            if pending:
+                time.sleep(0.2)
         seconds.append(time.perf_counter() - t)
     Path(cfg["out"]).write_text(json.dumps({"nodes": len(nodes), "exchange_seconds": seconds}))
 
