@@ -28,7 +28,7 @@ def register(sub) -> None:
     p.add_argument("--data-dir")
     p.add_argument("--out", default="results/compare")
     p.add_argument("--workers", type=int, default=_cores(),
-                   help=f"runs in parallel, one process each, cores // workers torch threads each (default: the "
+                   help=f"runs in parallel, one process and one torch thread each (default: the "
                         f"machine's {_cores()} cores; 0 = in this process)")
     p.add_argument("--attack", action="store_true",
                    help=f"also attack client 0 of every {'/'.join(methods.names(attack=True))} run (SPEC §6) "
@@ -72,7 +72,7 @@ def _register_sweep_report_comm(sub) -> None:
     p.add_argument("spec", help="sweep file (TOML: [base] and [grid] / [[grid]] tables of RunConfig fields)")
     p.add_argument("--out", help="sweep directory (default: the file's `out`)")
     p.add_argument("--workers", type=int, default=_cores(),
-                   help=f"runs in parallel, one process each, cores // workers torch threads each (default: the "
+                   help=f"runs in parallel, one process and one torch thread each (default: the "
                         f"machine's {_cores()} cores; 0 = in this process)")
     p.add_argument("--data-dir", help="dataset directory (default: the file's `data_dir`, $FEDGCA_DATA_DIR, cache)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
