@@ -10,12 +10,13 @@ given torch thread count, beside the sgemm rate measured in the same run at the 
   reconstruction epoch) + upload + clustering + T_align alignment epochs + the end-of-round evaluation;
 * baseline round = E local epochs + one evaluation of the global model (the test set scored once).
 
-Protocol FLOPs (``fedgca.experiments.cost``, which the sweep's ETA also uses; P = autoencoder parameters,
-N = training rows of all clients, M = test rows, C clients): reconstruction epoch 6·P·N (forward 2P,
-backward 4P per row); alignment epoch 3·P·N (the encoder is half the model: 6·P/2); evaluation
-2·P·(C·M + N) (every client scores the test set with its own model, and its own training rows for τ;
-a baseline's global model scores the test set once: 2·P·(M + N)); clustering and Adam are overhead by
-this count. % of roofline = achieved / sgemm.
+Protocol FLOPs (``fedgca.experiments.cost``, which the sweep's ETA also uses; F = multiply-adds of one
+row's forward pass, = P the parameter count for these MLPs, F_enc the encoder's, N = training rows of all
+clients, M = test rows, C clients): reconstruction epoch 6·F·N (forward 2F, backward 4F per row);
+alignment epoch 6·F_enc·N (the encoder alone, ≈ half the model); evaluation 2·F·(C·M + N) (every client
+scores the test set with its own model, and its own training rows for τ; a baseline's global model scores
+the test set once: 2·F·(M + N)); clustering and Adam are overhead by this count. % of roofline =
+achieved / sgemm.
 
 Side by side in the same run: the same GCA round's training epochs as a plain per-client loop with
 PyTorch's fused Adam (``torch.optim.Adam(fused=True)``), and (magic only) the Flower simulation engine's
@@ -44,7 +45,7 @@ from fedgca.config import DATASET_PRESETS, RunConfig  # noqa: E402
 from fedgca.data import load_dataset  # noqa: E402
 from fedgca.evaluation.metrics import evaluate_clients  # noqa: E402
 from fedgca.experiments import cost  # noqa: E402
-from fedgca.models import TabularAE, param_count  # noqa: E402
+from fedgca.models import TabularAE, forward_cost  # noqa: E402
 from fedgca.protocol import gca  # noqa: E402
 from fedgca.protocol.clustering import ClusterSummary  # noqa: E402
 from fedgca.threads import limit_threads  # noqa: E402
@@ -84,7 +85,7 @@ def bench(name: str, data_dir) -> dict:
     test_x, test_y = _test_set(name, data_dir, dx)
     torch.manual_seed(0)
     models = [TabularAE(dx) for _ in arrays]
-    P, N, M, C = param_count(models[0]), sum(len(a) for a in arrays), len(test_x), len(arrays)
+    (F, F_enc), N, M, C = forward_cost(models[0], arrays[0].shape[1:]), sum(len(a) for a in arrays), len(test_x), len(arrays)
     cfg = gca.GCAConfig(k=preset["k"], rho=preset["rho"])
     shards = ClientShards.from_arrays(arrays)
     stack = StackedModels([copy.deepcopy(m) for m in models])
@@ -114,7 +115,7 @@ def bench(name: str, data_dir) -> dict:
             stack, shards, seeding.client_rngs(0, "align", (0, e), ids), cfg, summary, part))
     t["eval"] += _timed(evaluate)
     t_round = time.perf_counter() - t0
-    sizes = cost.Sizes(clients=C, train_rows=N, val_rows=0, test_rows=M, params=P)
+    sizes = cost.Sizes(clients=C, train_rows=N, val_rows=0, test_rows=M, forward=F, encoder_forward=F_enc)
     run_cfg = RunConfig(dataset=name if name in DATASET_PRESETS else "credit", clients=C, k=preset["k"],
                         rho=preset["rho"])
     gca_parts = cost.round_parts(run_cfg, sizes)  # the protocol FLOPs (experiments/cost.py)
@@ -144,7 +145,7 @@ def bench(name: str, data_dir) -> dict:
     base = StackedModels([copy.deepcopy(models[0]) for _ in arrays])
     t_local = _timed(lambda: local_training(base, shards, 0, 0, 10, part, 50))
     t_base_eval = _timed(lambda: evaluate_clients(base, shards, test_x, test_y, 0.75, one_model=True))
-    return {"config": name, "C": C, "N": N, "M": M, "P": P, "t": t, "t_round": t_round, "flops": flops,
+    return {"config": name, "C": C, "N": N, "M": M, "P": F, "t": t, "t_round": t_round, "flops": flops,
             "t_loop": t_loop, "t_stacked_train": t_stacked_train, "t_local": t_local, "t_base_eval": t_base_eval,
             "flops_local": base_parts["local"], "flops_base_eval": base_parts["eval"]}
 

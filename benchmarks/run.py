@@ -5,7 +5,8 @@
 1. ``bench_simulator.py`` — stacked simulator vs the per-client loop (ratio, GFLOP/s);
 2. ``bench_gmm.py``       — the vision-preset GMM (100 inits): batched torch EM vs scikit-learn;
 3. ``bench_attacks.py``   — seconds per SPEC §6 attack at preset sizes;
-4. ``bench_vision.py``    — seconds per GCA / FedAvg round on the Fashion-MNIST preset, from timed components;
+4. ``bench_vision.py``    — seconds per GCA / FedAvg round on the Fashion-MNIST preset, from timed components,
+                            vmap over clients vs one convolution per client (the engine);
 5. ``bench_scoring.py``  — test-set scoring by rows per pass (cache-sized passes vs large ones);
 6. ``bench_adam.py``     — one Adam step for C stacked clients vs C per-client torch Adams;
 7. ``bench_dp.py``        — a DP-GCA round vs a GCA round, DP-SGD vs Adam (record-level DP's overhead);

@@ -1,8 +1,9 @@
 """experiments/cost.py: the protocol FLOPs it predicts equal the rows the engine actually trains and scores.
 
-Tiny real runs count every trained row (per epoch: the participating clients' rows; 6P for a full-model
-epoch, 3P for an encoder-only alignment epoch) and every scored row (2P) by wrapping the engine's own
-functions; their sum must equal ``cost.run_flops`` for each kind of method.
+Tiny real runs count every trained row (per epoch: the participating clients' rows; 6F for a full-model
+epoch, 6F_enc for an encoder-only alignment epoch) and every scored row (2F) by wrapping the engine's own
+functions; their sum must equal ``cost.run_flops`` for each kind of method. F itself (``forward_cost``) is
+checked against the closed forms of an MLP and of a convolution.
 """
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ def test_predicted_flops_equal_the_engines_work(tmp_path, data_dir, counted, ove
     cfg = RunConfig("academic", rounds=2, recon_epochs=2, align_epochs=1, local_epochs=2, seed=100, **overrides)
     run(cfg, tmp_path / "run", data_dir=data_dir, progress=False)
     sizes = cost.sizes(cfg, data_dir)
-    P = sizes.params
-    measured = 6 * P * counted["train6"] + 3 * P * counted["train3"] + 2 * P * counted["scored"]
+    F, F_enc = sizes.forward, sizes.encoder_forward
+    measured = 6 * F * counted["train6"] + 6 * F_enc * counted["train3"] + 2 * F * counted["scored"]
     if cfg.participation < 1:  # the prediction counts the participants' expected rows (m/C of all rows)
         assert measured == pytest.approx(cost.run_flops(cfg, sizes), rel=0.01)
     else:
@@ -73,5 +74,32 @@ def test_predicted_flops_equal_the_engines_work(tmp_path, data_dir, counted, ove
 
 def test_sizes_follow_the_partition_and_validation_split(data_dir):
     s = cost.sizes(RunConfig("academic", val_fraction=0.1), data_dir)
-    assert (s.clients, s.train_rows + s.val_rows, s.test_rows, s.params) == (10, 788, 2842, 46758)
+    assert (s.clients, s.train_rows + s.val_rows, s.test_rows, s.forward) == (10, 788, 2842, 46758)
     assert s.val_rows == sum(int(0.1 * n) for n in [79] * 8 + [78] * 2)
+
+
+def test_forward_cost_is_the_parameter_count_of_an_mlp_and_per_position_for_a_convolution():
+    from torch import nn
+
+    from fedgca.models import build_model, forward_cost, param_count
+
+    mlp = build_model((36,))
+    enc, dec = mlp.encoder, mlp.decoder
+    assert forward_cost(mlp, (36,)) == (param_count(mlp), param_count(enc))
+    assert param_count(enc) + param_count(dec) == param_count(mlp)
+
+    class Tiny(nn.Module):  # a conv encoder and a transposed-conv decoder, counted by hand
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Conv2d(2, 4, kernel_size=3, stride=2, padding=1)  # 2×8×8 -> 4×4×4
+            self.decoder = nn.ConvTranspose2d(4, 2, kernel_size=3, stride=2, padding=1, output_padding=1, bias=False)
+
+        def forward(self, x):
+            return self.decoder(self.encoder(x))
+
+    conv = 16 * 4 * (2 * 9) + 16 * 4  # output positions × out channels × (in channels × kernel) + bias adds
+    deconv = 16 * 4 * 2 * 9  # input positions × in × out channels × kernel, no bias
+    assert forward_cost(Tiny(), (2, 8, 8)) == (conv + deconv, conv)
+    fm = build_model((1, 28, 28))
+    assert forward_cost(fm, (1, 28, 28))[0] > 40 * param_count(fm)
+    assert next(fm.parameters()).device.type == "cpu"  # counted on a meta copy: the model itself is untouched

@@ -1,21 +1,24 @@
 """What a run costs in protocol FLOPs, from its configuration and its data's sizes: the sweep's ETA and plan,
 and the roofline benchmark's FLOP counts.
 
-Counted as issue #14 and ``benchmarks/bench_roofline.py`` count them (P = autoencoder parameters):
-a scored row costs 2P (one forward pass), a reconstruction-training row 6P (forward + backward), an
-alignment-training row 3P (the encoder is half the model). Clustering, Adam and data movement are
+Counted as issue #14 and ``benchmarks/bench_roofline.py`` count them, with F = the multiply-adds of one
+row's forward pass (``fedgca.models.forward_cost``; F = P, the parameter count, for the tabular MLP; ~50×
+P for the vision AE, whose convolutions reuse each weight at every position) and F_enc the encoder's:
+a scored row costs 2F (one forward pass), a reconstruction-training row 6F (forward + backward), an
+alignment-training row 6F_enc (the encoder alone; ≈ 3F). Clustering, Adam and data movement are
 overhead by this count, so seconds per protocol FLOP is an efficiency, not a constant: use it between
 runs of similar kinds (the ETA calibrates it on the runs that finished).
 
 Per round, with C clients, N training rows (all clients), V validation rows, M test rows, E local epochs:
 
-* GCA (and DP-GCA): T_recon·6PN + T_align·3PN of training; (T_recon + 1) evaluations — (+ T_align with
-  ``--eval-align-epochs``) — each scoring the test set with every client's model and each client's own
-  rows: 2P(C·M + N + V);
-* Single-Client: E·6PN; one evaluation, 2P(C·M + N + V);
-* Centralized: E·6PN on the pooled rows; one evaluation of its one model, 2P(M + N + V);
-* parameter sharing: E·6P·N·m/C (m = ⌊φC⌋ participants: their expected rows); one evaluation of the global model, scored once, 2P(M + N + V),
-  plus 2P(C·M + N + V) with ``--baseline-eval local`` (the clients' own models before aggregation).
+* GCA (and DP-GCA): T_recon·6FN + T_align·6F_enc·N of training; (T_recon + 1) evaluations — (+ T_align
+  with ``--eval-align-epochs``) — each scoring the test set with every client's model and each client's
+  own rows: 2F(C·M + N + V);
+* Single-Client: E·6FN; one evaluation, 2F(C·M + N + V);
+* Centralized: E·6FN on the pooled rows; one evaluation of its one model, 2F(M + N + V);
+* parameter sharing: E·6F·N·m/C (m = ⌊φC⌋ participants: their expected rows); one evaluation of the
+  global model, scored once, 2F(M + N + V), plus 2F(C·M + N + V) with ``--baseline-eval local`` (the
+  clients' own models before aggregation).
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ class Sizes:
     train_rows: int  # N: every client's training rows (validation rows removed)
     val_rows: int  # V
     test_rows: int  # M
-    params: int  # P
+    forward: int  # F: multiply-adds of one row's forward pass (fedgca.models.forward_cost)
+    encoder_forward: int  # F_enc: the same for the encoder alone
 
 
 def round_parts(cfg: RunConfig, s: Sizes) -> dict[str, float]:
@@ -44,14 +48,15 @@ def round_parts(cfg: RunConfig, s: Sizes) -> dict[str, float]:
     training) and "eval"."""
     cfg = cfg.resolved()
     spec = methods.get(cfg.method)
-    P, N, V, M, C = s.params, s.train_rows, s.val_rows, s.test_rows, s.clients
-    every_model = 2 * P * (C * M + N + V)  # every client's model scores the test set and its own rows
-    one_model = 2 * P * (M + N + V)  # one model scores the test set once; thresholds on each client's rows
+    F, N, V, M, C = s.forward, s.train_rows, s.val_rows, s.test_rows, s.clients
+    every_model = 2 * F * (C * M + N + V)  # every client's model scores the test set and its own rows
+    one_model = 2 * F * (M + N + V)  # one model scores the test set once; thresholds on each client's rows
     if spec.family == "gca":
         evals = cfg.recon_epochs + 1 + (cfg.align_epochs if cfg.eval_align_epochs else 0)
-        return {"recon": cfg.recon_epochs * 6 * P * N, "align": cfg.align_epochs * 3 * P * N, "local": 0,
+        return {"recon": cfg.recon_epochs * 6 * F * N, "align": cfg.align_epochs * 6 * s.encoder_forward * N,
+                "local": 0,
                 "eval": evals * every_model}
-    local = cfg.local_epochs * 6 * P * N
+    local = cfg.local_epochs * 6 * F * N
     if cfg.method == "single":
         return {"recon": 0, "align": 0, "local": local, "eval": every_model}
     if cfg.method == "centralized":
@@ -77,19 +82,19 @@ def sizes(cfg: RunConfig, data_dir=None) -> Sizes:
     from fedgca.data.partition import partition_rows, split_validation
 
     cfg = cfg.resolved()
-    train, n_test, params = _dataset(cfg.dataset, None if data_dir is None else str(data_dir))
+    train, n_test, (forward, encoder_forward) = _dataset(cfg.dataset, None if data_dir is None else str(data_dir))
     parts, val = split_validation(partition_rows(cfg, train), cfg.val_fraction, cfg.seed)
     return Sizes(clients=cfg.clients, train_rows=sum(len(p) for p in parts), val_rows=sum(len(v) for v in val),
-                 test_rows=n_test, params=params)
+                 test_rows=n_test, forward=forward, encoder_forward=encoder_forward)
 
 
 @lru_cache(maxsize=None)
 def _dataset(name: str, data_dir: str | None):
     from fedgca.data import load_dataset
-    from fedgca.models import build_model, param_count
+    from fedgca.models import build_model, forward_cost
 
     ds = load_dataset(name, data_dir)
-    return ds.train, len(ds.test_x), param_count(build_model(ds.input_shape))
+    return ds.train, len(ds.test_x), forward_cost(build_model(ds.input_shape), ds.input_shape)
 
 
 def hours(seconds: float) -> str:

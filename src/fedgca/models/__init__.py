@@ -5,17 +5,52 @@ Every fedgca autoencoder has ``encoder`` (input -> flat code of ``latent_dim``),
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
 from fedgca import seeding
 from fedgca.models.tabular import TabularAE, tabular_param_count
 
-__all__ = ["TabularAE", "tabular_param_count", "param_count", "build_model", "init_model"]
+__all__ = ["TabularAE", "tabular_param_count", "param_count", "forward_cost", "build_model", "init_model"]
 
 
 def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def forward_cost(model: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, int]:
+    """Multiply-adds of one row's forward pass, (whole model, encoder alone), a bias add counted as one.
+
+    For an MLP this is its parameter count P (each weight one multiply-add per row, each bias one add), so
+    the cost model's "2P per scored row" is unchanged there; a convolution reuses each weight at every
+    output position, so the vision AE's 334,609 parameters do ~16.7 M multiply-adds per 28×28 image
+    (50× P). Counted by torch's FlopCounterMode on a meta-device pass (nothing is computed), plus one add
+    per output element of each layer with a bias.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    meta = copy.deepcopy(model).to("meta")
+    bias_adds = {"all": 0}
+
+    def count_bias(module, _inputs, output):
+        if isinstance(getattr(module, "bias", None), torch.Tensor):
+            bias_adds["all"] += output[0].numel()
+
+    hooks = [m.register_forward_hook(count_bias) for m in meta.modules() if not list(m.children())]
+    try:
+        x = torch.zeros((1, *input_shape), device="meta")
+        costs = []
+        for part in (meta, meta.encoder):
+            bias_adds["all"] = 0
+            with FlopCounterMode(display=False) as counter:
+                part(x)
+            costs.append(counter.get_total_flops() // 2 + bias_adds["all"])
+    finally:
+        for h in hooks:
+            h.remove()
+    return costs[0], costs[1]
 
 
 def build_model(input_shape: tuple[int, ...]) -> nn.Module:

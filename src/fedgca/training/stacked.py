@@ -204,17 +204,34 @@ class StackedModels:
         self._decode = self._stacked("decoder")
 
     def _stacked(self, part: str):
-        """The part's forward over a client axis: batched matmuls for a Linear/ReLU stack, else vmap."""
-        general = vmap(self._call(part))
+        """The part's forward over a client axis: batched matmuls for a Linear/ReLU stack, else one call per
+        client (``_per_client``)."""
         layers = mlp_layers(getattr(self.base, part))
         if layers is None:
-            return general
+            return self._per_client(part)
+        general = vmap(self._call(part))
         prefix = part + "."
 
         def call(params: dict[str, Tensor], x: Tensor) -> Tensor:
             return _stacked_mlp(params, prefix, layers, x) if x.dim() == 3 else general(params, x)
 
         return call
+
+    def _per_client(self, part: str):
+        """Client by client, each on its own slice (unbind: its backward stacks the gradients, one copy).
+
+        For the conv AE this beats vmap, whose batching rule turns C convolutions into one grouped
+        convolution: 1.5× per training step and 2× per scoring pass (benchmarks/bench_conv.py). A client's
+        pass is then exactly the pass a lone model takes, as in the reference loop and a Flower client.
+        """
+        call = self._call(part)
+        prefix = part + "."
+
+        def run(params: dict[str, Tensor], x: Tensor) -> Tensor:
+            own = {k: v.unbind(0) for k, v in params.items() if k.startswith(prefix)}
+            return torch.stack([call({k: v[i] for k, v in own.items()}, x[i]) for i in range(x.shape[0])])
+
+        return run
 
     def _call(self, part: str):
         module = getattr(self.base, part)
