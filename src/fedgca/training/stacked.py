@@ -56,7 +56,11 @@ class StackedAdam:
         self.epochs = torch.zeros(n_clients, dtype=torch.long)  # StepLR counters, one step per local epoch
         self._stacked = {k: p.detach() for k, p in params.items()}
         self._slice_numel = {k: p[0].numel() for k, p in params.items()}
-        self._simd_floats = _SIMD_FLOATS.get(torch.backends.cpu.get_cpu_capability())
+        simd = _SIMD_FLOATS.get(torch.backends.cpu.get_cpu_capability())
+        # tensors whose client slices are whole SIMD groups (``_whole_tensor_keys``): fixed by the shapes
+        self._simd_whole = set() if simd is None else {k for k, n in self._slice_numel.items() if n % simd == 0}
+        self._lrs: list[float] | None = None  # per-client learning rates, until the StepLR counters move
+        self._sync_uniform()
         # per-client views (parameter, m, v, t) of each tensor: the kernel's arguments, made once
         self._client_views = {
             k: list(zip(p.detach().unbind(0), self.exp_avg[k].unbind(0), self.exp_avg_sq[k].unbind(0),
@@ -67,14 +71,27 @@ class StackedAdam:
     def lr(self) -> Tensor:
         return self.cfg.lr * self.cfg.lr_gamma ** (self.epochs // self.cfg.lr_step).to(torch.float64)
 
+    def _sync_uniform(self) -> None:
+        """Which tensors' step counts are equal across clients, read off the counts themselves.
+
+        Kept up to date by ``step`` without reading the counts again (a subset of clients stepping makes a
+        tensor non-uniform until a reset); a stale False only costs the client-by-client path, never a
+        result."""
+        self._uniform = {k: bool((t == t[0]).all()) for k, t in self.step_count.items()}
+
     @torch.no_grad()
     def step(self, grads: dict[str, Tensor], active: Tensor) -> None:
         """One Adam step for the clients where ``active`` [C] is true."""
-        lrs = self.lr().tolist()
+        if self._lrs is None:
+            self._lrs = self.lr().tolist()
+        lrs = self._lrs
         clients = active.nonzero().flatten().tolist()
         for lr in sorted({lrs[i] for i in clients}):  # one lr in practice: StepLR steps every 1000 epochs
             group = [i for i in clients if lrs[i] == lr]
             whole = self._whole_tensor_keys(grads) if len(group) == len(lrs) else set()
+            if len(group) < len(lrs):
+                for name in grads:
+                    self._uniform[name] = False
             p, m, v, t, g = [], [], [], [], []
             common: dict[str, Tensor] = {}  # the stacked tensors' shared step counts, advanced by the kernel
             for name, grad in grads.items():
@@ -107,17 +124,13 @@ class StackedAdam:
         (so that no client's elements fall into another's group or the remainder), the kernel runs in
         one chunk (one thread), and all clients share the step count. Other tensors go client by client.
         """
-        if self._simd_floats is None or torch.get_num_threads() != 1:
+        if torch.get_num_threads() != 1:
             return set()
-        out = set()
-        for name in grads:
-            t = self.step_count[name]
-            if self._slice_numel[name] % self._simd_floats == 0 and bool((t == t[0]).all()):
-                out.add(name)
-        return out
+        return {name for name in grads if name in self._simd_whole and self._uniform[name]}
 
     def end_epoch(self, active: Tensor) -> None:
         self.epochs += active.long()
+        self._lrs = None
 
     def reset(self, clients: Tensor | None = None) -> None:
         """Fresh optimiser state (all clients, or a boolean mask of them)."""
@@ -127,6 +140,8 @@ class StackedAdam:
             self.exp_avg_sq[k][sel] = 0
             self.step_count[k][sel] = 0
         self.epochs[sel] = 0
+        self._lrs = None
+        self._sync_uniform()
 
     def state_dict(self) -> dict:
         return {"step": self.step_count, "m": self.exp_avg, "v": self.exp_avg_sq, "epochs": self.epochs}
@@ -144,6 +159,8 @@ class StackedAdam:
             for k, v in state[key].items():
                 mine[k].copy_(v)
         self.epochs.copy_(state["epochs"])
+        self._lrs = None
+        self._sync_uniform()
 
 
 def mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
