@@ -52,11 +52,12 @@ def counted(monkeypatch):
 @pytest.mark.parametrize("overrides", [
     dict(method="gca"),
     dict(method="gca", eval_align_epochs=True, val_fraction=0.1),
+    dict(method="gca", eval_align_epochs=True, eval_align_clients="client0", val_fraction=0.1),
     dict(method="single"),
     dict(method="centralized", val_fraction=0.1),
     dict(method="fedavg", participation=0.5),
     dict(method="fedprox", baseline_eval="local"),
-], ids=["gca", "gca-align-evals-val", "single", "centralized-val", "fedavg-half", "fedprox-local-eval"])
+], ids=["gca", "gca-align-evals-val", "gca-align-evals-client0", "single", "centralized-val", "fedavg-half", "fedprox-local-eval"])
 def test_predicted_flops_equal_the_engines_work(tmp_path, data_dir, counted, overrides):
     from fedgca.simulation.runner import run
 

@@ -391,3 +391,30 @@ def test_client_app_imports_neither_scikit_learn_nor_scipy_stats():
             "print(sorted(m for m in ('sklearn', 'scipy.stats') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_align_evaluations_of_the_ablation_client_alone_match_the_simulator_and_the_all_client_run(tmp_path,
+                                                                                                 data_dir):
+    """--eval-align-clients client0: after each alignment epoch only client 0 is evaluated, on both drivers
+    (metrics.csv byte-identical); its figures are exactly client 0's in the all-client run, whose other rows
+    (training draws no randomness from evaluations) are the same too."""
+    one = _magic(eval_align_epochs=True, eval_align_clients="client0", align_epochs=2)
+    every = _magic(eval_align_epochs=True, align_epochs=2)
+    simulate(one, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
+    run(one, tmp_path / "sim", data_dir=data_dir, progress=False)
+    run(every, tmp_path / "all", data_dir=data_dir, progress=False)
+    assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
+    rows_one, rows_all = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["rows"] for d in ("sim", "all"))
+    assert [(r["round"], r["phase"], r["epoch"]) for r in rows_one] == [(r["round"], r["phase"], r["epoch"])
+                                                                         for r in rows_all]
+    for a, b in zip(rows_one, rows_all):
+        if a["phase"] == "align":
+            assert a["per_client"]["client_id"] == [0]
+            assert all(a["per_client"][m] == b["per_client"][m][:1] for m in METRICS)
+            assert a["accuracy"] == b["per_client"]["accuracy"][0]
+        else:
+            assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # val_error is NaN: no split
+    clients_csv = list(csv.DictReader((tmp_path / "sim" / "metrics_clients.csv").open(newline="")))
+    assert {r["client"] for r in clients_csv if r["phase"] == "align"} == {"0"}
+    with pytest.raises(ValueError, match="add --eval-align-epochs"):
+        RunConfig("magic", eval_align_clients="client0").resolved()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 COMMON = frozenset({"dataset", "method", "seed", "rounds", "clients", "participation", "batch_size", "lr",
                     "lr_step", "lr_gamma", "partition", "alpha", "quantile", "val_fraction", "threshold"})
 _GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
-                  "eval_align_epochs", "gmm_warm_start"})
+                  "eval_align_epochs", "eval_align_clients", "gmm_warm_start"})
 _LOCAL = frozenset({"local_epochs"})
 _SHARING = _LOCAL | {"baseline_eval", "optimizer_state"}  # the protocol variants of parameter sharing
 _RECORD_DP = frozenset({"dp_grad_clip", "dp_grad_sigma", "target_epsilon", "dp_delta"})

@@ -13,7 +13,8 @@ Per round, with C clients, N training rows (all clients), V validation rows, M t
 
 * GCA (and DP-GCA): T_recon·6FN + T_align·6F_enc·N of training; (T_recon + 1) evaluations — (+ T_align
   with ``--eval-align-epochs``) — each scoring the test set with every client's model and each client's
-  own rows: 2F(C·M + N + V);
+  own rows: 2F(C·M + N + V); with ``--eval-align-clients client0`` the T_align evaluations score client
+  0's model alone, 2F(M + N_0 + V_0);
 * Single-Client: E·6FN; one evaluation, 2F(C·M + N + V);
 * Centralized: E·6FN on the pooled rows; one evaluation of its one model, 2F(M + N + V);
 * parameter sharing: E·6F·N·m/C (m = ⌊φC⌋ participants: their expected rows); one evaluation of the
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fedgca import methods
-from fedgca.config import RunConfig
+from fedgca.config import ABLATION_CLIENT, RunConfig
 from fedgca.protocol.sampling import num_participants
 
 
@@ -41,6 +42,8 @@ class Sizes:
     test_rows: int  # M
     forward: int  # F: multiply-adds of one row's forward pass (fedgca.models.forward_cost)
     encoder_forward: int  # F_enc: the same for the encoder alone
+    fixed_rows: int = 0  # N_0, V_0: the weighting ablation's client's training and validation rows
+    fixed_val_rows: int = 0
 
 
 def round_parts(cfg: RunConfig, s: Sizes) -> dict[str, float]:
@@ -52,10 +55,11 @@ def round_parts(cfg: RunConfig, s: Sizes) -> dict[str, float]:
     every_model = 2 * F * (C * M + N + V)  # every client's model scores the test set and its own rows
     one_model = 2 * F * (M + N + V)  # one model scores the test set once; thresholds on each client's rows
     if spec.family == "gca":
-        evals = cfg.recon_epochs + 1 + (cfg.align_epochs if cfg.eval_align_epochs else 0)
+        align_evals = cfg.align_epochs if cfg.eval_align_epochs else 0
+        align_eval = every_model if cfg.eval_align_clients == "all" else 2 * F * (M + s.fixed_rows + s.fixed_val_rows)
         return {"recon": cfg.recon_epochs * 6 * F * N, "align": cfg.align_epochs * 6 * s.encoder_forward * N,
                 "local": 0,
-                "eval": evals * every_model}
+                "eval": (cfg.recon_epochs + 1) * every_model + align_evals * align_eval}
     local = cfg.local_epochs * 6 * F * N
     if cfg.method == "single":
         return {"recon": 0, "align": 0, "local": local, "eval": every_model}
@@ -85,7 +89,8 @@ def sizes(cfg: RunConfig, data_dir=None) -> Sizes:
     train, n_test, (forward, encoder_forward) = _dataset(cfg.dataset, None if data_dir is None else str(data_dir))
     parts, val = split_validation(partition_rows(cfg, train), cfg.val_fraction, cfg.seed)
     return Sizes(clients=cfg.clients, train_rows=sum(len(p) for p in parts), val_rows=sum(len(v) for v in val),
-                 test_rows=n_test, forward=forward, encoder_forward=encoder_forward)
+                 test_rows=n_test, forward=forward, encoder_forward=encoder_forward,
+                 fixed_rows=len(parts[ABLATION_CLIENT]), fixed_val_rows=len(val[ABLATION_CLIENT]))
 
 
 @lru_cache(maxsize=None)

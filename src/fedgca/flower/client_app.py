@@ -27,6 +27,7 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedgca import methods, privacy, seeding
+from fedgca.config import ABLATION_CLIENT
 from fedgca.evaluation.metrics import (
     evaluate_clients,
     quantile_threshold,
@@ -231,9 +232,10 @@ def align(msg: Message, context: Context) -> Message:
     if centroids.shape[1] != clients.base.latent_dim:
         raise ValueError(f"broadcast centroids have width {centroids.shape[1]}, latent dim is {clients.base.latent_dim}")
     evals = _pending(context, r)
+    evaluate_align = cfg.eval_align_epochs and (cfg.eval_align_clients == "all" or node.client_id == ABLATION_CLIENT)
     for e in range(gcfg.align_epochs):
         gca_training.alignment_epoch(clients, shards, seeding.client_rngs(cfg.seed, "align", (r, e), ids), gcfg, summary, part)
-        if cfg.eval_align_epochs:
+        if evaluate_align:
             evals["align"].append(_metrics(clients, node, cfg))
     _save(context, clients)
     context.state[STATE_EVALS] = json_record(evals)

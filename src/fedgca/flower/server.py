@@ -35,7 +35,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedgca import methods, privacy, runrecord
-from fedgca.config import RunConfig
+from fedgca.config import ABLATION_CLIENT, RunConfig
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
 from fedgca.flower.config import FlowerOptions
@@ -318,8 +318,10 @@ class FlowerServer:
             for e in range(gcfg.recon_epochs):
                 rows.append(_row(r, "recon", e, {c: _epoch(v, "recon", e) for c, v in evals.items()}, paper))
         if methods.is_gca(self.cfg.method) and self.cfg.eval_align_epochs:
-            for e in range(gcfg.align_epochs):
-                rows.append(_row(r, "align", e, {c: _epoch(v, "align", e) for c, v in evals.items()}, paper))
+            # --eval-align-clients client0: the weighting ablation's client alone (no row if it missed the round)
+            align = {c: v for c, v in evals.items() if self.cfg.eval_align_clients == "all" or c == ABLATION_CLIENT}
+            for e in range(gcfg.align_epochs) if align else ():
+                rows.append(_row(r, "align", e, {c: _epoch(v, "align", e) for c, v in align.items()}, paper))
         rows.append(_row(r, "round", -1, evals, paper))
         return rows
 

@@ -37,6 +37,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedgca.config import ABLATION_CLIENT
 from fedgca.reporting import privacy, tables
 from fedgca.reporting.comm_tables import comm_tables
 from fedgca.reporting.groups import (  # noqa: F401 — the report's vocabulary, re-exported
@@ -190,9 +191,6 @@ def weight_tables(groups, setting, partition: str, tag: str, heading: str) -> li
                          "paper's evaluation points instead. Δ = uniform − inverse, in points",
                          "peak", ["dataset", "backend", "K*", "inverse", "uniform", "Δ (pts)"], rows, label_cols=2))
     return out
-
-
-ABLATION_CLIENT = 0  # the weighting ablation's "one fixed client" (its statistic: align_peak_of_client)
 
 
 def align_peak_of_client(run: Run, client: int = ABLATION_CLIENT) -> float | None:

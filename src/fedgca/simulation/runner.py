@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from fedgca import methods, rundir, runrecord
-from fedgca.config import RunConfig
+from fedgca.config import ABLATION_CLIENT, RunConfig
 from fedgca.detector import save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 from fedgca.protocol.gca import upload_size
@@ -123,6 +123,11 @@ def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
     clients = method.deployed_clients()
     shards = method.deployed_shards() if hasattr(method, "deployed_shards") else fed.shards
     val_shards = method.deployed_val_shards() if hasattr(method, "deployed_val_shards") else fed.val_shards
+    ids = None
+    if phase == "align" and fed.cfg.eval_align_clients == "client0":  # the weighting ablation's client alone
+        ids = [ABLATION_CLIENT]
+        clients, shards = clients.slot_view(ABLATION_CLIENT), shards.only(ABLATION_CLIENT)
+        val_shards = val_shards.only(ABLATION_CLIENT) if val_shards is not None else None
     val = shard_scores(clients, val_shards) if val_shards is not None else None  # scored once: τ and val_error
     tau_scores = val if fed.cfg.threshold == "val-quantile" else None
     one_model = method.deploys_one_model and phase == "round"  # "local": the pre-aggregation models differ
@@ -130,7 +135,8 @@ def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
                            one_model=one_model)
     per_client = dict(res["per_client"])
     per_client["val_error"] = [float(s.mean()) for s in val] if val is not None else [float("nan")]
-    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.paper_phase(fed.cfg))
+    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.paper_phase(fed.cfg),
+                                client_ids=ids)
 
 
 def _check_existing(out: Path, cfg: RunConfig, resume: bool) -> None:

@@ -37,6 +37,10 @@ class ClientShards:
     def client(self, i: int) -> Tensor:
         return self.x[i, : self.sizes[i]]
 
+    def only(self, i: int) -> "ClientShards":
+        """Client i's rows alone, as a one-client ClientShards (a view, no padding)."""
+        return ClientShards(self.x[i : i + 1, : self.sizes[i]], self.sizes[i : i + 1].copy())
+
 
 def batch_plan(rngs: list[np.random.Generator], sizes: np.ndarray, batch_size: int) -> tuple[Tensor, Tensor]:
     """One epoch's shuffled mini-batches for every client, in lock-step.
