@@ -1,11 +1,15 @@
-"""Time test-set scoring (every client's model on the shared test rows) by rows per pass.
+"""Time test-set scoring (every client's model on the shared test rows): one model at a time, by rows per pass,
+beside the stacked passes the engine used before.
 
-GCA evaluates after every reconstruction epoch, so on magic (10 clients × 13,376 test rows)
-scoring costs more than training. This prints seconds per ``shared_scores`` call for several
-pass sizes, the ratio to fedgca's default pass size, and whether the scores are identical.
-Times are the minimum over ``--repeat`` calls, on ``--threads`` torch threads.
+GCA evaluates after every reconstruction epoch, so scoring is most of a GCA run's work (87 % of a magic
+round's protocol FLOPs). ``fedgca.evaluation.metrics.shared_scores`` scores one client's model at a time in
+``chunk_rows`` passes (512 rows for the MLP). Side by side in one run: that default, other pass sizes, and
+the previous implementation — every client's model in one stacked ``baddbmm`` pass per block of rows, blocks
+sized to keep the [C, rows, 256] activations in cache (2^19 elements) — each with its seconds (minimum over
+``--repeat`` calls), GFLOP/s (2F per scored row), the ratio to the default, and whether its scores are
+identical to the default's.
 
-    python benchmarks/bench_scoring.py [--dataset magic] [--data-dir DIR] [--rows 4096 1638 512 128 64]
+    python benchmarks/bench_scoring.py [--dataset magic] [--data-dir DIR] [--rows 512 1024 2048 4096]
 """
 from __future__ import annotations
 
@@ -17,14 +21,30 @@ import torch
 
 import fedgca.evaluation.metrics as metrics
 from fedgca.config import RunConfig
+from fedgca.models import forward_cost
+from fedgca.protocol.losses import reconstruction_per_row
 from fedgca.simulation.federation import build_federation
+from fedgca.threads import limit_threads
 
 
-def seconds(clients, x, repeat: int) -> tuple[float, torch.Tensor]:
+@torch.no_grad()
+def stacked_scores(clients, x, budget: int = 1 << 19) -> torch.Tensor:
+    """The engine before: every client's model on the same block of rows in one stacked pass."""
+    rows = max(16, min(4096, budget // (clients.num_clients * max(int(x[0].numel()), 256))))
+    step = 1 << (rows.bit_length() - 1)
+    out = []
+    for start in range(0, len(x), step):
+        part = x[start : start + step]
+        chunk = part.unsqueeze(0).expand(clients.num_clients, *part.shape)
+        out.append(reconstruction_per_row(chunk, clients.reconstruct(chunk), x.dim() - 1))
+    return torch.cat(out, dim=1)
+
+
+def seconds(fn, repeat: int) -> tuple[float, torch.Tensor]:
     best, scores = float("inf"), None
     for _ in range(repeat):
         t = time.perf_counter()
-        scores = metrics.shared_scores(clients, x)
+        scores = fn()
         best = min(best, time.perf_counter() - t)
     return best, scores
 
@@ -33,29 +53,37 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="magic")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--rows", type=int, nargs="+", default=[4096, 1638, 512, 256, 128, 64])
+    ap.add_argument("--rows", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    limit_threads(args.threads)
     fed = build_federation(RunConfig(dataset=args.dataset, method="gca").resolved(), args.data_dir)
     clients, x = fed.clients, fed.test_x
-    default_rows = metrics.chunk_rows(clients.num_clients, x.shape[1:])
-    seconds(clients, x, 1)  # warm-up: first-call allocations
-    base, reference = seconds(clients, x, args.repeat)
-    print(f"{args.dataset}: {clients.num_clients} clients × {len(x)} test rows, {args.threads} thread(s), "
-          f"load average {os.getloadavg()[0]:.2f}; default pass = {default_rows} rows ({base:.3f} s)")
-    print(f"{'rows/pass':>10} {'seconds':>9} {'× default':>10}  scores")
+    flops = 2 * forward_cost(fed.template, tuple(x.shape[1:]))[0] * clients.num_clients * len(x)
+    default_rows = metrics.chunk_rows(x.shape[1:])
+    seconds(lambda: metrics.shared_scores(clients, x), 1)  # warm-up: first-call allocations
+    base, reference = seconds(lambda: metrics.shared_scores(clients, x), args.repeat)
+    print(f"{args.dataset}: {clients.num_clients} clients × {len(x)} test rows ({flops / 1e9:.2f} GFLOP), "
+          f"{args.threads} thread(s), load average {tuple(round(v, 2) for v in os.getloadavg())}")
+    print(f"{'implementation':<34} {'seconds':>8} {'GFLOP/s':>8} {'÷ default':>10}  scores")
+
+    def line(name, s, scores):
+        same = "identical" if torch.equal(scores, reference) else \
+            f"max rel diff {float(((scores - reference).abs() / reference.abs()).max()):.1e}"
+        print(f"{name:<34} {s:>8.3f} {flops / s / 1e9:>8.1f} {s / base:>10.2f}  {same}")
+
+    line(f"one model at a time, {default_rows} rows (default)", base, reference)
     original = metrics.chunk_rows
     try:
         for rows in args.rows:
-            metrics.chunk_rows = lambda num_clients, row_shape, rows=rows: rows
-            s, scores = seconds(clients, x, args.repeat)
-            same = "identical" if torch.equal(scores, reference) else \
-                f"max rel diff {float(((scores - reference).abs() / reference.abs()).max()):.1e}"
-            print(f"{rows:>10} {s:>9.3f} {s / base:>10.2f}  {same}")
+            if rows == default_rows:
+                continue
+            metrics.chunk_rows = lambda row_shape, rows=rows: rows
+            line(f"one model at a time, {rows} rows", *seconds(lambda: metrics.shared_scores(clients, x), args.repeat))
     finally:
         metrics.chunk_rows = original
+    line("stacked passes (before)", *seconds(lambda: stacked_scores(clients, x), args.repeat))
 
 
 if __name__ == "__main__":

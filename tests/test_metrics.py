@@ -34,7 +34,8 @@ def test_detection_metrics_accuracy_thresholds_and_nan_client():
 
 
 def test_scores_do_not_depend_on_the_pass_size(monkeypatch, data_dir):
-    """Scoring in cache-sized passes (the default) equals scoring all rows in one pass, row by row."""
+    """Scoring one model at a time in 512-row passes (the default) equals scoring all rows in one pass, and
+    equals, bit for bit, the stacked forward pass that training uses."""
     import torch
 
     import fedgca.evaluation.metrics as m
@@ -42,10 +43,13 @@ def test_scores_do_not_depend_on_the_pass_size(monkeypatch, data_dir):
     from fedgca.simulation.federation import build_federation
 
     fed = build_federation(RunConfig(dataset="magic", method="gca").resolved(), data_dir)
-    assert m.chunk_rows(fed.clients.num_clients, fed.test_x.shape[1:]) < 200
+    assert m.chunk_rows(fed.test_x.shape[1:]) == 512 < len(fed.test_x)
     chunked = m.shared_scores(fed.clients, fed.test_x)
     train_chunked = m.shard_scores(fed.clients, fed.shards)
-    monkeypatch.setattr(m, "chunk_rows", lambda num_clients, row_shape: 1 << 30)
+    with torch.no_grad():
+        stacked_x = fed.test_x.unsqueeze(0).expand(fed.clients.num_clients, *fed.test_x.shape)
+        assert torch.equal(chunked, m.reconstruction_per_row(stacked_x, fed.clients.reconstruct(stacked_x)))
+    monkeypatch.setattr(m, "chunk_rows", lambda row_shape: 1 << 30)
     whole = m.shared_scores(fed.clients, fed.test_x)
     assert chunked.shape == whole.shape == (fed.clients.num_clients, len(fed.test_x))
     torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=0)
@@ -64,9 +68,9 @@ def test_image_scores_do_not_depend_on_the_pass_size(monkeypatch):
     torch.manual_seed(0)
     clients = StackedModels([ConvAE(1, 28, 28) for _ in range(20)])
     x = torch.rand(600, 1, 28, 28) * 2 - 1
-    assert m.chunk_rows(20, x.shape[1:]) == 256
+    assert m.chunk_rows(x.shape[1:]) == 256
     chunked = m.shared_scores(clients, x)
-    monkeypatch.setattr(m, "chunk_rows", lambda num_clients, row_shape: 1 << 30)
+    monkeypatch.setattr(m, "chunk_rows", lambda row_shape: 1 << 30)
     torch.testing.assert_close(chunked, m.shared_scores(clients, x), rtol=1e-5, atol=1e-7)
 
 

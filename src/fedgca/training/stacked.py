@@ -217,6 +217,7 @@ class StackedModels:
         self.optim = StackedAdam(self.params, adam)
         self.encoder_keys = [k for k in self.params if k.startswith("encoder.")]
         self.decoder_keys = [k for k in self.params if k.startswith("decoder.")]
+        self._mlp = {part: mlp_layers(getattr(self.base, part)) for part in ("encoder", "decoder")}
         self._encode = self._stacked("encoder")
         self._decode = self._stacked("decoder")
 
@@ -269,6 +270,26 @@ class StackedModels:
 
     def reconstruct(self, x: Tensor) -> Tensor:
         return self.decode(self.encode(x))
+
+    @torch.no_grad()
+    def reconstruct_client(self, i: int, x: Tensor) -> Tensor:
+        """Client i's reconstruction of rows x [n, *input_shape], for scoring (no autograd).
+
+        One model at a time: for the MLP a chain of ``addmm`` on client i's own weights, in the stacked
+        path's orientation (hᵀ ← W·hᵀ + b); scoring this way ran 1.17-1.39× faster than the stacked
+        batched matmuls, with bit-identical scores (``benchmarks/bench_scoring.py``). Anything else runs as
+        its own model (``_per_client``'s call).
+        """
+        params = {k: v[i].detach() for k, v in self.params.items()}
+        if self._mlp["encoder"] is None or self._mlp["decoder"] is None:
+            return self._call("decoder")(params, self._call("encoder")(params, x))
+        h = x.t()
+        for part in ("encoder", "decoder"):
+            for name, relu in self._mlp[part]:
+                h = torch.addmm(params[f"{part}.{name}.bias"].unsqueeze(-1), params[f"{part}.{name}.weight"], h)
+                if relu:
+                    h = torch.relu(h)
+        return h.t()
 
     # ---- per-client views, for artifacts, attacks and the reference loop ----
     def client_state_dict(self, i: int) -> dict[str, Tensor]:
