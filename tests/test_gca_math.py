@@ -83,3 +83,30 @@ def test_upload_size_floor_and_sampling():
 def test_validate_upload_rejects(bad, msg):
     with pytest.raises(gca.UploadError, match=msg):
         gca.validate_upload(bad, max_rows=10, latent_dim=16)
+
+
+def test_nearest_centroid_gradients_equal_differentiating_the_min_over_all_centroids():
+    """The assignment is found without autograd; values, assignments and the gradients of a layer whose
+    output is transposed into the codes (as the stacked encoder's is) equal the all-K min's, bit for bit."""
+    import torch
+
+    from fedgca.protocol.gca import nearest_centroid
+
+    gen = torch.Generator().manual_seed(3)
+    centroids = torch.randn(80, 16, generator=gen)
+    weights = torch.rand(80, generator=gen) * 5 + 0.5
+    x = torch.randn(4, 8, 50, generator=gen)
+    w0, b0 = torch.randn(4, 16, 8, generator=gen), torch.randn(4, 16, 1, generator=gen)
+    grads = []
+    for all_k in (True, False):
+        w, b = w0.clone().requires_grad_(True), b0.clone().requires_grad_(True)
+        z = torch.baddbmm(b, w, x).transpose(1, 2)  # [4, 50, 16], feature stride 50
+        if all_k:
+            sq, assign = (z.unsqueeze(-2) - centroids).pow(2).sum(-1).min(dim=-1)
+        else:
+            assign, sq = nearest_centroid(z, centroids)
+        loss = (weights[assign] * sq).mean(-1).sum()
+        grads.append((assign, *torch.autograd.grad(loss, [w, b])))
+    (a_all, gw_all, gb_all), (a_one, gw_one, gb_one) = grads
+    assert torch.equal(a_all, a_one)
+    assert torch.equal(gw_all, gw_one) and torch.equal(gb_all, gb_one)
