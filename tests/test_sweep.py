@@ -69,18 +69,24 @@ def test_bad_sweep_files(tmp_path):
         sweep.load_spec(bad)
 
 
-@pytest.mark.parametrize("name", ["quick", "sweep_k", "sweep_backends", "sweep_weights", "sweep_noniid", "sweep_iid"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.toml")))
 def test_example_files_parse(name):
     spec = sweep.load_spec(EXAMPLES / f"{name}.toml")
     assert spec.configs
     if name == "sweep_k":
-        assert len(spec.configs) == 2 * 4 * 3
+        assert len(spec.configs) == 3 * 4 * 3
         assert {c.k for c in spec.configs} == {10, 20, 40, 80}
         assert {c.rounds for c in spec.configs} == {100}
-        assert {c.dataset for c in spec.configs} == {"academic", "magic"}
+        assert [c.dataset for c in spec.configs][:12] == ["adult"] * 12  # the missing dataset first
+        assert {c.dataset for c in spec.configs} == {"academic", "magic", "adult"}
         assert {c.seed for c in spec.configs} == {100, 200, 300}
     if name == "sweep_noniid":
         assert {c.partition for c in spec.configs} == {"dirichlet"}
+        assert {c.dataset for c in spec.configs} == {"academic", "magic", "adult", "bank"}
+    if name == "sweep_weights_align":
+        assert {(c.eval_align_epochs, c.eval_align_clients) for c in spec.configs} == {(True, "client0")}
+    if name == "sweep_fashion":
+        assert {(c.dataset, c.rounds) for c in spec.configs} == {("fashion_mnist", 2)} and len(spec.configs) == 21
 
 
 def test_failure_is_recorded_and_does_not_stop_the_sweep(tmp_path, data_dir):
