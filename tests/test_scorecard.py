@@ -65,6 +65,7 @@ def test_a_dataset_without_r100_runs_shows_its_longest_r_unjudged(fixture_dir):
     assert all("fashion_mnist" not in c["fedgca"] for c in data["claims"])
     text = scorecard.render(data, "fixture")
     assert "2 at R = 2 (no R = 100 run: shown, not judged)" in text
+    assert scorecard._fmt(81.0, 0.0, 1) == "81.00 (n=1)" and scorecard._fmt(81.0, 0.5, 3) == "81.00 ± 0.50"
 
 
 def test_claims(fixture_dir):

@@ -312,7 +312,7 @@ def claims(paper: dict, cells: dict, attacks: dict, paper_comm: list[dict], comm
 def _fmt(mean, std, n=None) -> str:
     if mean is None:
         return "—"
-    s = f"{mean:.2f} ± {std:.2f}"
+    s = f"{mean:.2f}" if n == 1 else f"{mean:.2f} ± {std:.2f}"  # one seed: no spread to show
     return s + (f" (n={n})" if n is not None and n != len(SEEDS) else "")
 
 
