@@ -38,8 +38,7 @@ def _scores(clients: StackedModels, i: int, x: Tensor) -> Tensor:
 @torch.no_grad()
 def shared_scores(clients: StackedModels, x: Tensor) -> Tensor:
     """s(x) = ||x − T_i(x)||² of every client's model on the same rows: [C, M]."""
-    return torch.stack([_scores(clients, i, x) for i in range(clients.num_clients)]) if len(x) else \
-        torch.empty((clients.num_clients, 0), dtype=x.dtype)
+    return torch.stack([_scores(clients, i, x) for i in range(clients.num_clients)])
 
 
 @torch.no_grad()
