@@ -2,8 +2,10 @@
 
     .venv/bin/python benchmarks/bench_flower_deploy.py --data-dir ../shared/data [--nodes 3] [--rounds 2]
 
-One SuperLink and ``--nodes`` SuperNodes on 127.0.0.1 (``--insecure``, subprocess isolation: Flower's
-default), started once; on them, one after the other:
+One SuperLink and ``--nodes`` SuperNodes on 127.0.0.1 (``--insecure``), twice: with Flower's own
+SuperExec (subprocess isolation, Flower's default: a cold ``flwr-clientapp`` process per message) and
+with fedgca's (``--isolation process`` + ``fedgca flower superexec``: the per-message process is forked
+from one that imported the ClientApp once). On each, one after the other:
 
 * a no-op app — its ServerApp pushes every node a message and pulls until all replies are in, polling
   every 0.2 s as fedgca's ServerApp does (``grid.send_and_receive`` would sleep 3 s between pulls and
@@ -15,11 +17,11 @@ default), started once; on them, one after the other:
   counted in ``rounds.jsonl`` (2 per GCA round: ``train`` and ``train.align``, whose reply carries
   the evaluation).
 
-Prints one table: seconds per exchange of each, their ratio, exchanges per GCA round, and the time a
-fresh interpreter takes to import each ClientApp module (the per-message start-up that Flower 1.41
-cannot avoid: ``flwr-clientapp`` handles one message and exits, in both isolation modes —
-``flwr/supernode/runtime/run_clientapp.py``). Load averages before and after; ratios, not seconds,
-are what compare across machines.
+Prints one table: seconds per exchange of each app in each mode, their ratios, exchanges per GCA
+round, whether GCA's metrics.csv is byte-identical in both modes, and the time a fresh interpreter
+takes to import each ClientApp module (what a cold per-message process pays: ``flwr-clientapp``
+handles one message and exits — ``flwr/supernode/runtime/run_clientapp.py``). Load averages before
+and after; ratios, not seconds, are what compare across machines.
 """
 from __future__ import annotations
 
@@ -112,48 +114,52 @@ def main(argv=None) -> int:
 
     cfg = RunConfig(dataset="magic", clients=args.nodes, rounds=args.rounds, recon_epochs=1, align_epochs=1,
                     k=10, seed=100).resolved()
-    gca_out = root / "gca"
-    gca_dir = write_app(root / "gca-app", to_run_config(cfg, out_dir=str(gca_out), eval_recon_epochs=False))
     nodes = [{"partition-id": i, "num-partitions": args.nodes, "data-dir": data_dir, "cache-dir": str(root / "cache")}
              for i in range(args.nodes)]
-
-    with LocalDeployment(root / "deploy", nodes) as dep:
-        t = time.perf_counter()
-        res = dep.run(noop_dir, timeout=1800)
-        noop_wall = time.perf_counter() - t
-        if res.returncode != 0:
-            raise SystemExit(f"no-op app failed:\n{res.stdout[-3000:]}")
-        t = time.perf_counter()
-        res = dep.run(gca_dir, timeout=3600)
-        gca_wall = time.perf_counter() - t
-        if res.returncode != 0:
-            raise SystemExit(f"fedgca GCA failed:\n{res.stdout[-3000:]}")
-
-    noop = json.loads((root / "noop.json").read_text())
-    rounds = [json.loads(line) for line in (gca_out / "rounds.jsonl").read_text().splitlines() if line.strip()]
-    gca_exchanges = sum(r["exchanges"] for r in rounds)
-    gca_per_exchange = sum(r["wall_seconds"] for r in rounds) / gca_exchanges
-    noop_per_exchange = sum(noop["exchange_seconds"]) / len(noop["exchange_seconds"])
+    rows, walls = {}, {}
+    for mode in ("cold", "warm"):  # Flower's own SuperExec, then fedgca's (fedgca.flower.superexec)
+        gca_out = root / f"gca-{mode}"
+        gca_dir = write_app(root / f"gca-app-{mode}", to_run_config(cfg, out_dir=str(gca_out), eval_recon_epochs=False))
+        noop_out = root / f"noop-{mode}.json"
+        with LocalDeployment(root / f"deploy-{mode}", nodes, warm=mode == "warm") as dep:
+            t = time.perf_counter()
+            res = dep.run(noop_dir, run_config={"out": str(noop_out)}, timeout=1800)
+            walls[f"no-op {mode}"] = time.perf_counter() - t
+            if res.returncode != 0:
+                raise SystemExit(f"no-op app ({mode}) failed:\n{res.stdout[-3000:]}")
+            t = time.perf_counter()
+            res = dep.run(gca_dir, timeout=3600)
+            walls[f"GCA {mode}"] = time.perf_counter() - t
+            if res.returncode != 0:
+                raise SystemExit(f"fedgca GCA ({mode}) failed:\n{res.stdout[-3000:]}")
+        noop = json.loads(noop_out.read_text())["exchange_seconds"]
+        rounds = [json.loads(line) for line in (gca_out / "rounds.jsonl").read_text().splitlines() if line.strip()]
+        rows[f"no-op {mode}"] = (len(noop), sum(noop) / len(noop), noop)
+        n = sum(r["exchanges"] for r in rounds)
+        rows[f"GCA {mode}"] = (n, sum(r["wall_seconds"] for r in rounds) / n, [r["wall_seconds"] for r in rounds],
+                               n / len(rounds))
+    same = (root / "gca-cold" / "metrics.csv").read_bytes() == (root / "gca-warm" / "metrics.csv").read_bytes()
     imports = {m: import_seconds(m, root) for m in ("flwr.clientapp", "fedgca.flower.client_app")}
     load_after = os.getloadavg()
 
-    print(f"# {Path(sys.argv[0]).name} --nodes {args.nodes} --rounds {args.rounds}  (loopback, --insecure, "
-          f"subprocess isolation; {os.cpu_count()} CPUs)")
+    print(f"# {Path(sys.argv[0]).name} --nodes {args.nodes} --rounds {args.rounds}  (loopback, --insecure; "
+          f"{os.cpu_count()} CPUs)")
+    print("# cold: Flower's SuperExec, a fresh flwr-clientapp process per message (Flower's default);")
+    print("# warm: fedgca's SuperExec (`fedgca flower superexec`, SuperNode --isolation process), a process")
+    print("#       per message forked from one that imported fedgca's ClientApp once")
     print(f"load average (1/5/15 min) before {tuple(round(x, 2) for x in load_before)}, "
           f"after {tuple(round(x, 2) for x in load_after)}")
     print()
-    print(f"{'app':<22}{'exchanges':>10}{'s / exchange':>14}{'s / round':>11}{'run wall s':>12}")
-    print(f"{'no-op Flower app':<22}{len(noop['exchange_seconds']):>10}{noop_per_exchange:>14.2f}"
-          f"{2 * noop_per_exchange:>11.2f}{noop_wall:>12.1f}")
-    print(f"{'fedgca GCA':<22}{gca_exchanges:>10}{gca_per_exchange:>14.2f}"
-          f"{sum(r['wall_seconds'] for r in rounds) / len(rounds):>11.2f}{gca_wall:>12.1f}")
+    print(f"{'app':<14}{'exchanges':>10}{'s / exchange':>14}{'run wall s':>12}   per exchange (no-op) / per round (GCA), s")
+    for name, row in rows.items():
+        print(f"{name:<14}{row[0]:>10}{row[1]:>14.2f}{walls[name]:>12.1f}   {', '.join(f'{x:.2f}' for x in row[2])}")
     print()
-    print(f"fedgca / no-op per exchange: {gca_per_exchange / noop_per_exchange:.2f}x;  "
-          f"exchanges per GCA round: {gca_exchanges / len(rounds):g}")
+    for a, b in (("GCA cold", "no-op cold"), ("GCA warm", "no-op cold"), ("GCA warm", "no-op warm"),
+                 ("no-op warm", "no-op cold")):
+        print(f"{a} / {b} per exchange: {rows[a][1] / rows[b][1]:.2f}x")
+    print(f"exchanges per GCA round: {rows['GCA warm'][3]:g};  GCA metrics.csv warm == cold: {same}")
     print("import in a fresh interpreter (best of 3): "
           + ", ".join(f"{m} {s:.2f} s" for m, s in imports.items()))
-    print(f"no-op exchanges (s): {', '.join(f'{s:.2f}' for s in noop['exchange_seconds'])};  "
-          f"GCA rounds (s): {', '.join(str(r['wall_seconds']) for r in rounds)}")
     return 0
 
 

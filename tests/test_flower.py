@@ -418,3 +418,25 @@ def test_align_evaluations_of_the_ablation_client_alone_match_the_simulator_and_
     assert {r["client"] for r in clients_csv if r["phase"] == "align"} == {"0"}
     with pytest.raises(ValueError, match="add --eval-align-epochs"):
         RunConfig("magic", eval_align_clients="client0").resolved()
+
+
+def test_client_app_computes_with_the_nodes_torch_threads():
+    """Every message's process computes with node config `torch-threads` (default 1, as `fedgca run`)."""
+    import torch
+    from flwr.app import Context, RecordDict
+
+    from fedgca.flower.client_app import torch_threads
+
+    before = torch.get_num_threads()
+    seen = []
+    try:
+        for nc, want in (({}, 1), ({"torch-threads": 2}, 2)):
+            ctx = Context(run_id=1, node_id=1, node_config=nc, state=RecordDict(), run_config={})
+            assert torch_threads("msg", ctx, lambda m, c: seen.append(torch.get_num_threads()) or m) == "msg"
+            assert seen[-1] == want
+        for bad in (0, -1, 1.5, "2", True):
+            ctx = Context(run_id=1, node_id=1, node_config={"torch-threads": bad}, state=RecordDict(), run_config={})
+            with pytest.raises(ValueError, match="torch-threads must be an integer"):
+                torch_threads("msg", ctx, lambda m, c: m)
+    finally:
+        torch.set_num_threads(before)

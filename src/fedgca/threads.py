@@ -17,6 +17,9 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# A run's torch intra-op threads unless told otherwise: `fedgca run --threads`, a Flower node's `torch-threads`.
+DEFAULT_TORCH_THREADS = 1
+
 _BLAS_ENV = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 _LIMITS: list = []  # keeps the BLAS limit in force for the life of the process
 

@@ -1,4 +1,4 @@
-"""CLI: ``fedgca flower simulate | app-dir | certs | deploy-local``."""
+"""CLI: ``fedgca flower simulate | app-dir | certs | deploy-local | superexec``."""
 from __future__ import annotations
 
 import json
@@ -45,7 +45,18 @@ def register(sub) -> None:
     _flower_options(d)
     d.add_argument("--tls", action="store_true", help="TLS with a CA and certificates made for this run")
     d.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is abandoned")
+    d.add_argument("--cold-clientapps", action="store_true",
+                   help="let Flower start every ClientApp process cold (default: fedgca's SuperExec forks them warm)")
     d.set_defaults(func=cmd_deploy_local)
+
+    x = fsub.add_parser("superexec", help="a SuperExec for a `flower-supernode --isolation process`: "
+                                          "ClientApp processes forked warm (torch and fedgca imported once)")
+    x.add_argument("--runtime-api-address", required=True, help="the SuperNode's Runtime API, HOST:PORT")
+    tls = x.add_mutually_exclusive_group(required=True)
+    tls.add_argument("--insecure", action="store_true", help="the Runtime API has no TLS (same machine)")
+    tls.add_argument("--root-certificates", help="CA certificate of the Runtime API's TLS")
+    x.add_argument("--parent-pid", type=int, help="exit when this process (the SuperNode) exits")
+    x.set_defaults(func=cmd_superexec)
 
 
 def _flower_options(p) -> None:
@@ -124,7 +135,7 @@ def cmd_deploy_local(args) -> int:
     nodes = [{"partition-id": i, "num-partitions": cfg.clients} | ({"data-dir": str(Path(args.data_dir).resolve())}
                                                                       if args.data_dir else {})
              for i in range(cfg.clients)]
-    with LocalDeployment(work, nodes, tls=args.tls) as dep:
+    with LocalDeployment(work, nodes, tls=args.tls, warm=not args.cold_clientapps) as dep:
         print(f"SuperLink on {dep.address} ({'TLS' if args.tls else 'insecure'}), {len(nodes)} SuperNodes; "
               f"logs in {dep.logs}", file=sys.stderr)
         res = dep.run(app, timeout=args.timeout)
@@ -134,4 +145,16 @@ def cmd_deploy_local(args) -> int:
         raise RuntimeError(f"the Flower run failed (flwr run exit code {res.returncode}); logs in {work / 'logs'}")
     print(_brief(json.loads(summary_path.read_text())))
     print(f"results in {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_superexec(args) -> int:
+    import logging
+
+    from fedgca.flower.superexec import serve
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per task poll (10 a second)
+    logging.getLogger("flwr").propagate = False  # flwr logs through its own handler; not twice
+    serve(args.runtime_api_address, insecure=args.insecure, root_certificates=args.root_certificates,
+          parent_pid=args.parent_pid)
     return 0

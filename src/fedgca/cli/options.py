@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 
 from fedgca.config import RunConfig, option_name
+from fedgca.threads import DEFAULT_TORCH_THREADS
 
 
 def _type_of(f: dataclasses.Field):
@@ -41,7 +42,7 @@ def add_run_options(p: argparse.ArgumentParser, *, in_process: bool = False) -> 
     p.add_argument("--data-dir", help="dataset directory [default: $FEDGCA_DATA_DIR, else the user cache]")
     p.add_argument("--out", help="output directory [default: runs/<dataset>-<method>-seed<seed>]")
     if in_process:
-        p.add_argument("--threads", type=int, default=1,
+        p.add_argument("--threads", type=int, default=DEFAULT_TORCH_THREADS,
                        help="torch intra-op threads for this run [default: 1 — small autoencoders gain nothing "
                             "from more; run several runs side by side instead]")
         p.add_argument("--resume", action="store_true", help="continue a killed run from its last completed round")

@@ -61,13 +61,30 @@ from fedgca.flower.records import (
 from fedgca.models import init_model
 from fedgca.protocol import fednova
 from fedgca.protocol.clustering import ClusterSummary
+from fedgca.threads import DEFAULT_TORCH_THREADS
 from fedgca.training import gca as gca_training
 from fedgca.training.local import client_loss_term, local_training
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import AdamConfig, StackedModels
 
 log = logging.getLogger("fedgca.flower")
-app = ClientApp()
+
+
+def torch_threads(msg: Message, context: Context, call_next) -> Message:
+    """Flower mod: compute with the node's ``torch-threads`` (default: as ``fedgca run``).
+
+    Flower gives each message its own process, and a node's processes share its cores with other
+    nodes' and messages': torch's default, a thread per core each, oversubscribes them. One thread
+    also computes exactly what the simulator computes.
+    """
+    value = context.node_config.get("torch-threads", DEFAULT_TORCH_THREADS)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"node config torch-threads must be an integer ≥ 1, got {value!r}")
+    torch.set_num_threads(value)
+    return call_next(msg, context)
+
+
+app = ClientApp(mods=[torch_threads])
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -7,8 +7,10 @@
 * :func:`fedgca.flower.certs.make_certificates` creates the TLS material.
 * :class:`LocalDeployment` starts ``flower-superlink`` and N
   ``flower-supernode`` processes on 127.0.0.1 (telemetry and update checks
-  off), submits runs with ``flwr run``, and cleans every process up,
-  including the ones Flower spawns (SuperExec, ServerApp, ClientApp).
+  off), each with fedgca's SuperExec (warm ClientApp processes,
+  :mod:`fedgca.flower.superexec`) unless ``warm=False``, submits runs with
+  ``flwr run``, and cleans every process up, including the ones Flower
+  spawns (SuperExec, ServerApp, ClientApp).
   The tests and ``fedgca flower deploy-local`` use it.
 
 Every machine needs fedgca installed (``pip install fedgca``): the app
@@ -111,10 +113,19 @@ def superlink_command(port: int, certs: Certificates | None = None, host: str = 
                   "--ssl-keyfile", str(certs.server_key)]
 
 
-def supernode_command(superlink: str, runtime_port: int, node_config: dict, ca_cert=None) -> list[str]:
+def supernode_command(superlink: str, runtime_port: int, node_config: dict, ca_cert=None, *,
+                      warm: bool = False) -> list[str]:
+    """A SuperNode; ``warm``: its ClientApp processes come from fedgca's SuperExec (:func:`superexec_command`)."""
     cmd = ["flower-supernode", "--superlink", superlink, "--host", "127.0.0.1", "--port", str(runtime_port),
            "--node-config", node_config_string(node_config)]
+    cmd += ["--isolation", "process"] if warm else []
     return cmd + (["--root-certificates", str(ca_cert)] if ca_cert else ["--insecure"])
+
+
+def superexec_command(runtime_port: int, parent_pid: int | None = None) -> list[str]:
+    """fedgca's SuperExec for a ``--isolation process`` SuperNode on this machine (:mod:`fedgca.flower.superexec`)."""
+    cmd = ["fedgca", "flower", "superexec", "--runtime-api-address", f"127.0.0.1:{runtime_port}", "--insecure"]
+    return cmd + (["--parent-pid", str(parent_pid)] if parent_pid else [])
 
 
 def deployment_commands(n_nodes: int, *, superlink_host: str = "<superlink-host>", port: int = 9092,
@@ -127,9 +138,14 @@ def deployment_commands(n_nodes: int, *, superlink_host: str = "<superlink-host>
     for i in range(n_nodes):
         nc = ({"partition-id": i, "num-partitions": n_nodes} if dataset_nodes
               else {"data-path": f"/data/node{i}.csv", "schema-path": "/data/schema.json"})
+        if i == 0:
+            lines += ["# each client machine runs a SuperNode and, beside it, fedgca's SuperExec, which forks the",
+                      "# node's ClientApp processes warm (drop `--isolation process` and the SuperExec to have",
+                      "# Flower start each one cold, importing torch again for every message)"]
         lines.append(f"# on client machine {i}")
         lines.append(shlex.join(supernode_command(f"{superlink_host}:{port}", 9094, nc,
-                                                  "certs/ca.crt" if tls else None)))
+                                                  "certs/ca.crt" if tls else None, warm=True)))
+        lines.append(shlex.join(superexec_command(9094)))
     lines += ["", "# from any machine with the app project and the CA certificate:",
               f"#   $FLWR_HOME/config.toml: [superlink.{CONNECTION}] address = \"{superlink_host}:{port}\"",
               "#   root-certificates = \"certs/ca.crt\"" if tls else "#   insecure = true",
@@ -204,6 +220,7 @@ class LocalDeployment:
     tls: bool = False
     env_extra: dict = field(default_factory=dict)
     start_timeout: float = 60.0
+    warm: bool = True  # ClientApp processes forked by fedgca's SuperExec; False: Flower's cold start per message
 
     def __post_init__(self):
         self.workdir = Path(self.workdir)
@@ -216,6 +233,7 @@ class LocalDeployment:
         self.env = flower_env(self.flwr_home, self.env_extra)
         self.superlink: subprocess.Popen | None = None
         self.nodes: list[subprocess.Popen | None] = []
+        self.superexecs: list[subprocess.Popen | None] = []  # one per node when warm
         self._all: list[subprocess.Popen] = []
         self._known: set[int] = set()
 
@@ -236,11 +254,21 @@ class LocalDeployment:
                         root_certificates=str(self.certs.ca_cert) if self.certs else None)
         self.superlink = self._spawn(superlink_command(self.port, self.certs), "superlink.log")
         self._wait_port(self.port, self.superlink, "superlink.log")
-        for i, nc in enumerate(self.node_configs):
-            self.nodes.append(self._spawn(
-                supernode_command(self.address, free_port(), nc, self.certs.ca_cert if self.certs else None),
-                f"supernode{i}.log"))
+        for i in range(len(self.node_configs)):
+            self.nodes.append(None)
+            self.superexecs.append(None)
+            self._start_node(i, "")
         return self
+
+    def _start_node(self, i: int, suffix: str) -> subprocess.Popen:
+        port = free_port()
+        node = self._spawn(supernode_command(self.address, port, self.node_configs[i],
+                                             self.certs.ca_cert if self.certs else None, warm=self.warm),
+                           f"supernode{i}{suffix}.log")
+        self.nodes[i] = node
+        if self.warm:  # it dies with its SuperNode (--parent-pid), as Flower's own SuperExec does
+            self.superexecs[i] = self._spawn(superexec_command(port, node.pid), f"superexec{i}{suffix}.log")
+        return node
 
     def _wait_port(self, port: int, proc: subprocess.Popen, log_name: str) -> None:
         deadline = time.monotonic() + self.start_timeout
@@ -284,21 +312,17 @@ class LocalDeployment:
 
     def kill_node(self, i: int, sig: int = signal.SIGKILL) -> None:
         """Crash SuperNode i: it and everything it spawned die at once."""
-        proc = self.nodes[i]
-        if proc is None:
-            return
-        self._stop([proc], sig=sig, grace=0.0)
-        self.nodes[i] = None
+        procs = [p for p in (self.nodes[i], self.superexecs[i]) if p is not None]
+        if procs:
+            self._stop(procs, sig=sig, grace=0.0)
+        self.nodes[i] = self.superexecs[i] = None
 
     def restart_node(self, i: int) -> subprocess.Popen:
         """Start SuperNode i again (same node config, new process and Runtime API port) after a crash."""
         if self.nodes[i] is not None and self.nodes[i].poll() is None:
             raise RuntimeError(f"SuperNode {i} is still running")
         self._restarts = getattr(self, "_restarts", 0) + 1
-        self.nodes[i] = self._spawn(
-            supernode_command(self.address, free_port(), self.node_configs[i], self.certs.ca_cert if self.certs else None),
-            f"supernode{i}-restart{self._restarts}.log")
-        return self.nodes[i]
+        return self._start_node(i, f"-restart{self._restarts}")
 
     def _stop(self, procs, sig: int = signal.SIGTERM, grace: float = 5.0) -> None:
         pids = [p.pid for p in procs if p.poll() is None]
@@ -340,6 +364,7 @@ class LocalDeployment:
         procs = [p for p in self._all]
         self._stop(procs)
         self.nodes = [None] * len(self.nodes)
+        self.superexecs = [None] * len(self.superexecs)
 
     def live_pids(self) -> list[int]:
         return [p.pid for p in self._all if p.poll() is None] + descendants([p.pid for p in self._all])

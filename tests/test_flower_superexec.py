@@ -1,0 +1,78 @@
+"""fedgca's SuperExec (fedgca.flower.superexec): the zygote forks one child per ClientApp task, ignores
+malformed specs, ends with its pipe; the executor falls back to Flower's cold start when the zygote is gone.
+(tests/test_flower_deploy.py runs it for real: a TLS deployment whose every ClientApp process is forked
+warm, computing exactly what the simulator computes.)"""
+import json
+import os
+import time
+
+import pytest
+
+from fedgca.flower import superexec
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the zygote forks")
+
+
+def _spec(token: str) -> dict:
+    return {"runtime_api_address": "127.0.0.1:1", "token": token, "insecure": True, "root_certificates_path": None,
+            "runtime_dependency_install": False, "parent_pid": os.getpid(), "suppress_output": False}
+
+
+def _wait(predicate, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def recording_zygote(tmp_path, monkeypatch):
+    """A zygote whose children record their spec and pid instead of running Flower's ClientApp."""
+    def record(spec):
+        (tmp_path / f"{spec['token']}.json").write_text(json.dumps({"spec": spec, "pid": os.getpid(),
+                                                                   "ppid": os.getppid()}))
+
+    monkeypatch.setattr(superexec, "_run_task", record)  # the fork copies the patched module
+    z = superexec.Zygote(preload=("json",))
+    yield z
+    z.close()
+
+
+def test_each_task_runs_in_its_own_child_of_the_zygote(recording_zygote, tmp_path):
+    z = recording_zygote
+    assert z.alive()
+    assert z.submit(_spec("a")) and z.submit(_spec("b"))
+    assert _wait(lambda: (tmp_path / "a.json").exists() and (tmp_path / "b.json").exists())
+    a, b = (json.loads((tmp_path / f"{t}.json").read_text()) for t in "ab")
+    assert a["spec"] == _spec("a") and b["spec"] == _spec("b")
+    assert a["pid"] != b["pid"] and a["ppid"] == b["ppid"] == z.pid != os.getpid()
+
+
+def test_a_malformed_spec_is_skipped_and_the_zygote_goes_on(recording_zygote, tmp_path):
+    z = recording_zygote
+    os.write(z._w, b"not json\n" + json.dumps({"token": "x"}).encode() + b"\n")
+    assert z.submit(_spec("after"))
+    assert _wait(lambda: (tmp_path / "after.json").exists())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["after.json"]
+
+
+def test_closing_the_pipe_ends_the_zygote_and_later_tasks_start_cold(recording_zygote, monkeypatch):
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.superexec.executor.types import ExecutionSpec, LaunchResult
+
+    z = recording_zygote
+    executor = superexec.ZygoteExecutor(z)
+    cold = []
+    monkeypatch.setattr(executor.fallback, "launch", lambda spec: cold.append(spec.token) or LaunchResult.accepted())
+    z.close()
+    assert _wait(lambda: not z.alive())
+    assert not z.submit(_spec("late"))
+    spec = ExecutionSpec(task_type=TaskType.CLIENT_APP, task_id=1, **{k: v for k, v in _spec("late").items()})
+    assert executor.launch(spec).status == "accepted"
+    assert cold == ["late"] and (executor.warm, executor.cold) == (0, 1)
+
+
+def test_a_spec_too_long_for_one_atomic_write_is_refused(recording_zygote):
+    assert not recording_zygote.submit(_spec("t" * 5000))
