@@ -13,6 +13,7 @@ import pytest
 
 from fedgca.config import RunConfig
 from fedgca.experiments import sweep
+from fedgca.flower.deploy import descendants
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -109,7 +110,8 @@ def test_failure_is_recorded_and_does_not_stop_the_sweep(tmp_path, data_dir):
 
 @pytest.mark.slow
 def test_killed_sweep_resumes_with_each_run_exactly_once(tmp_path, data_dir):
-    """SIGKILL a real `fedgca sweep` after its first run finishes; the restart completes every run once."""
+    """SIGTERM a real `fedgca sweep` after its first run finishes (one clear line, workers stopped, nothing
+    leaked), SIGKILL the restart after its next; a third start completes every run once."""
     spec = tmp_path / "kill.toml"
     spec.write_text(
         "[base]\nrounds = 3\nrecon_epochs = 1\nalign_epochs = 1\n"
@@ -118,23 +120,37 @@ def test_killed_sweep_resumes_with_each_run_exactly_once(tmp_path, data_dir):
     root = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "fedgca.cli.main", "sweep", str(spec), "--out", str(root), "--data-dir", str(data_dir)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if (root / sweep.LEDGER).exists() and any(e["event"] == "finished" for e in _events(root)):
-                break
-            if proc.poll() is not None:
-                pytest.fail("the sweep ended before it could be killed")
-            time.sleep(0.1)
-        else:
-            pytest.fail("no run finished in time")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    def start_and_kill(sig, finished_before: int):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if (root / sweep.LEDGER).exists() and \
+                        [e["event"] for e in _events(root)].count("finished") > finished_before:
+                    break
+                if proc.poll() is not None:
+                    pytest.fail("the sweep ended before it could be killed")
+                time.sleep(0.1)
+            else:
+                pytest.fail("no run finished in time")
+            workers = descendants([proc.pid])
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        return proc.returncode, err, workers
+
+    rc, err, workers = start_and_kill(signal.SIGTERM, 0)
+    assert rc == 143 and "stopped (SIGTERM) after 1 of 3 run(s) finished" in err, err
+    assert "run the same command again to resume" in err and "leaked" not in err and "Traceback" not in err, err
+    time.sleep(0.5)
+    assert not [p for p in workers if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"], "workers left running"
     assert [e["event"] for e in _events(root)].count("finished") == 1
+    start_and_kill(signal.SIGKILL, 1)
+    assert [e["event"] for e in _events(root)].count("finished") == 2
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -137,8 +137,12 @@ def cmd_sweep(args) -> int:
                     "averaged" if rate else "no finished run to measure a pace on yet")
             print(f"to run: {left / 1e12:.1f} TFLOP of protocol work (experiments/cost.py); {pace}", file=sys.stderr)
         return 0
-    res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
-                          verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed)
+    try:
+        res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
+                              verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed)
+    except sweep.SweepStopped as stop:  # one line; SIGTERM exits 143 and Ctrl-C 130, as a shell reports them
+        print(f"fedgca: {stop}", file=sys.stderr)
+        return 143 if "SIGTERM" in str(stop) else 130
     print(f"sweep {out}: {res['total']} runs; {res['skipped']} already done, {res['finished']} finished now, "
           f"{len(res['failed'])} failed", file=sys.stderr)
     for f in res["failed"]:

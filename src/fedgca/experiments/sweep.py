@@ -39,6 +39,7 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import tomllib
@@ -213,8 +214,17 @@ def status(root: Path, configs: list[RunConfig]) -> dict[str, str]:
     return out
 
 
+class SweepStopped(KeyboardInterrupt):
+    """SIGTERM or Ctrl-C: the workers were stopped; running the same sweep again resumes it."""
+
+
+def _stop_on_sigterm(signum, frame):
+    raise SweepStopped("SIGTERM")
+
+
 def _worker_init(threads: int, verbose: bool) -> None:
     """Runs in each fresh worker process: thread budget, logging, and exit when the sweep dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the sweep stops us
     limit_threads(threads)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s [run %(process)d] %(message)s")
@@ -355,12 +365,28 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         result.update(flops=flops, flops_total=sum(flops.values()), flops_done=0.0)
         log.info("sweep %s: %.1f TFLOP of protocol work to run (experiments/cost.py)", root, result["flops_total"] / 1e12)
     result["t0"] = time.monotonic()  # for the ETA in the progress lines; removed before returning
+    in_main = threading.current_thread() is threading.main_thread()  # only there can a signal handler go
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if in_main else None
     try:
         _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
+    except KeyboardInterrupt as stop:
+        raise SweepStopped(
+            f"sweep {root} stopped ({stop if isinstance(stop, SweepStopped) else 'interrupted'}) after "
+            f"{result['finished']} of {len(todo)} run(s) finished; run the same command again to resume "
+            "(an unfinished run continues from its last completed round)") from None
     finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
         for k in ("t0", "flops", "flops_total", "flops_done"):
             result.pop(k, None)
     return result
+
+
+def _stop_workers(pool) -> None:
+    """Stop a pool's workers now; ``shutdown(wait=True)`` alone would wait for runs of an hour."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) -> None:
@@ -388,16 +414,20 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
         broken: list[RunConfig] = []
         with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
                                     initializer=_worker_init, initargs=(threads, verbose)) as pool:
-            futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root),
-                                   None if data_dir is None else str(data_dir)): c for c in batch}
-            for fut in cf.as_completed(futures):
-                cfg = futures[fut]
-                try:
-                    res = fut.result()
-                except cf.process.BrokenProcessPool:
-                    broken.append(cfg)
-                    continue
-                _record(ledger, finished, result, cfg, root, len(todo), res)
+            try:
+                futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root),
+                                       None if data_dir is None else str(data_dir)): c for c in batch}
+                for fut in cf.as_completed(futures):
+                    cfg = futures[fut]
+                    try:
+                        res = fut.result()
+                    except cf.process.BrokenProcessPool:
+                        broken.append(cfg)
+                        continue
+                    _record(ledger, finished, result, cfg, root, len(todo), res)
+            except BaseException:
+                _stop_workers(pool)
+                raise
         started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
         if broken and not started:  # the pool broke before any run started: do not loop forever
             started = {c.key() for c in broken}
@@ -414,5 +444,5 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
                     "status": "failed", "error": "worker process died (killed, out of memory, or could not start)"})
 
 
-__all__ = ["Ledger", "SweepSpec", "canonical", "execute", "load_spec", "parse_spec",
+__all__ = ["Ledger", "SweepSpec", "SweepStopped", "canonical", "execute", "load_spec", "parse_spec",
            "run_dir", "run_sweep", "status"]
