@@ -20,6 +20,7 @@ class Recorder:
                 (self.out / name).write_text("")
         self.messages: list[dict] = []
         self.rounds: list[dict] = []
+        self._metrics = rundir.MetricsWriter(self.out) if self.out is not None else None
 
     def _append(self, name: str, entry: dict) -> None:
         if self.out is not None:
@@ -39,9 +40,8 @@ class Recorder:
             rundir.atomic_write_text(self.out / name, json.dumps(value, indent=2, default=_jsonable), durable=False)
 
     def metrics_csv(self, rows: list[dict]) -> None:
-        if self.out is None:
-            return
-        rundir.write_metrics(self.out, rows)
+        if self._metrics is not None:
+            self._metrics.write(rows)
 
 
 def _jsonable(x):

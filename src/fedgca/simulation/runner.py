@@ -65,6 +65,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
         log.warning("%s", k_note)
 
     bar = _progress(cfg, start_round, progress)
+    metrics = rundir.MetricsWriter(out)
     t0 = time.perf_counter()
     for r in range(start_round, cfg.rounds):
         part = fed.participants(r)
@@ -78,7 +79,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
         comm.append({"round": r, "bytes_up": record.bytes_up, "bytes_down": record.bytes_down,
                      "uploads": record.uploads, "participants": record.participants, **record.extra})
         wall = wall_before + time.perf_counter() - t0
-        rundir.write_metrics(out, rows)
+        metrics.write(rows)
         rundir.save_checkpoint(out, {"clients": fed.clients.state_dict(), "method": method.state_dict(),
                                      "rows": rows, "comm": comm, "round": r, "wall": wall})
         bar.done_round(r, rows[-1])
