@@ -382,11 +382,33 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     return result
 
 
-def _stop_workers(pool) -> None:
-    """Stop a pool's workers now; ``shutdown(wait=True)`` alone would wait for runs of an hour."""
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
-        proc.terminate()
+def _stop_workers(pool, grace: float = 30.0) -> None:
+    """Stop a pool's workers now; ``shutdown(wait=True)`` alone would wait for runs of an hour.
+
+    The pool replaces a worker after each run (``max_tasks_per_child=1``), so a replacement may be
+    starting while we stop the others: keep terminating every child until the pool's manager thread
+    has ended (otherwise interpreter exit waits on that thread for ever). CPython's pool internals, read
+    defensively: ``_processes``, ``_pending_work_items``, ``_executor_manager_thread(_wakeup)``.
+    """
     pool.shutdown(wait=False, cancel_futures=True)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+    deadline = time.monotonic() + grace
+    while True:
+        for proc in [*(getattr(pool, "_processes", None) or {}).values(), *multiprocessing.active_children()]:
+            if proc.is_alive():
+                proc.terminate()
+        # The manager thread ends once no work is pending; the runs we stopped never reply, so forget them
+        # (their futures are abandoned with the pool).
+        getattr(pool, "_pending_work_items", {}).clear()
+        if wakeup is not None:
+            try:
+                wakeup.wakeup()
+            except (OSError, ValueError):
+                pass
+        if manager is None or not manager.is_alive() or time.monotonic() > deadline:
+            return
+        manager.join(0.2)
 
 
 def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) -> None:
