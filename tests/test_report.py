@@ -106,6 +106,12 @@ def test_k_star_rule_ties_go_to_the_smaller_k():
     # Only grid values are candidates when any is present.
     assert report.k_star([g(10, (0.5,)), g(15, (0.9,))]).k == 10
     assert report.k_star([g(3, (0.5,)), g(5, (0.9,))]).k == 5
+    # A K run on fewer seeds (a sweep still going) does not compete with the fully run ones.
+    assert report.k_star([g(10, (0.5, 0.5, 0.5)), g(20, (0.9,))]).k == 10
+    assert report.k_star([g(10, (0.5, 0.5, 0.5)), g(20, (0.9,)), g(40, (0.6, 0.6, 0.6))]).k == 40
+    from fedgca.reporting.groups import k_star_of  # the one home of the rule (the scorecard calls it too)
+
+    assert k_star_of({10: 0.5, 20: 0.9}, {10: 3, 20: 1}) == 10 and k_star_of({10: 0.5, 20: 0.9}) == 20
 
 
 def test_report_tables_from_fabricated_runs(fabricated):

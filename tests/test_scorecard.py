@@ -28,7 +28,9 @@ def fixture_dir(tmp_path):
         _summary(tmp_path, "academic", "gca", seed, g)
         _summary(tmp_path, "academic", "fedavg", seed, a)
         _summary(tmp_path, "academic", "single", seed, s)
-    _summary(tmp_path, "academic", "gca", 100, 0.70, k=40)  # one seed at another K: not the paper's K*
+    for seed in (100, 200, 300):  # another K, all seeds: fedgca's own K* rule picks it, not the paper's K*
+        _summary(tmp_path, "academic", "gca", seed, 0.70, k=40)
+    _summary(tmp_path, "academic", "gca", 100, 0.90, k=80)  # one seed of three: does not compete for K*
     _summary(tmp_path, "academic", "fedavg", 100, 0.90, rounds=20)  # another setting: ignored
     _summary(tmp_path, "academic", "fedavg", 100, 0.90, partition="dirichlet")  # ignored
     return tmp_path

@@ -174,9 +174,16 @@ def group_runs(runs: list[Run]) -> dict[tuple, list[Group]]:
     return {s: list(g.values()) for s, g in by.items()}
 
 
-def k_star_of(mean_peak: dict[int, float]) -> int | None:
+def k_star_of(mean_peak: dict[int, float], seeds: dict[int, int] | None = None) -> int | None:
     """SPEC §5 rule over {K: mean peak accuracy}: the K ∈ {10, 20, 40, 80} with the highest mean;
-    exact ties → smaller K. When none of them is at a grid K, every K present is a candidate."""
+    exact ties → smaller K. When none of them is at a grid K, every K present is a candidate.
+
+    ``seeds`` ({K: runs behind its mean}): only the K values run on the most seeds compete; a K with one
+    finished seed of three (a sweep still going) would otherwise win or lose on that one seed.
+    """
+    if seeds:
+        most = max(seeds.get(k, 0) for k in mean_peak)
+        mean_peak = {k: m for k, m in mean_peak.items() if seeds.get(k, 0) == most}
     cands = {k: m for k, m in mean_peak.items() if k in K_GRID} or dict(mean_peak)
     best = None
     for k in sorted(cands):
@@ -188,7 +195,8 @@ def k_star_of(mean_peak: dict[int, float]) -> int | None:
 def k_star(groups: list[Group]) -> Group | None:
     """``k_star_of`` over one backend's groups at different K (same everything else)."""
     by_k = {g.k: g for g in groups}
-    k = k_star_of({k: g.exact_mean("peak", "accuracy") for k, g in by_k.items()})
+    k = k_star_of({k: g.exact_mean("peak", "accuracy") for k, g in by_k.items()},
+                  {k: len(g.runs) for k, g in by_k.items()})
     return by_k.get(k) if k is not None else None
 
 

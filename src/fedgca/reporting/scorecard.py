@@ -158,7 +158,8 @@ def fedgca_cells(rows: list[dict], figure: str = "peak_accuracy", rounds: int = 
         else:
             cells[(ds, m)] = cell
     for ds, by_k in gca_by_k.items():
-        own = by_k[k_star_of({k: mean for k, (mean, _) in by_k.items()})][1]
+        own = by_k[k_star_of({k: mean for k, (mean, _) in by_k.items()},
+                             {k: cell["n"] for k, (_, cell) in by_k.items()})][1]
         paper_k = DATASET_PRESETS.get(ds, {}).get("k")
         cells[(ds, "gca")] = {**(by_k[paper_k][1] if paper_k in by_k else own), "own_k_star": own}
     return cells
@@ -326,7 +327,8 @@ def render(data: dict, source: str) -> str:
     counts = defaultdict(int)
     for r in rows:
         counts[r["verdict"]] += 1
-    own = [f"{r['dataset']} K={r['own_k_star']['k']} ({_fmt(r['own_k_star']['mean'], r['own_k_star']['std'])})"
+    own = [f"{r['dataset']} K={r['own_k_star']['k']} "
+           f"({_fmt(r['own_k_star']['mean'], r['own_k_star']['std'], r['own_k_star']['n'])})"
            for r in rows if r.get("own_k_star") and r["own_k_star"]["k"] != r["k"]]
     claims_body = [[c["claim"], c["paper"], c["fedgca"], c["status"]] for c in data["claims"]]
     return "\n".join([
