@@ -183,6 +183,9 @@ def serve(runtime_api_address: str, *, insecure: bool, root_certificates: str | 
     """Run the SuperExec until it is stopped (SIGTERM/SIGINT, or its parent ``parent_pid`` exits)."""
     from flwr.supercore.superexec import run_superexec as flower_superexec
 
+    if not hasattr(os, "fork"):
+        raise RuntimeError("fedgca flower superexec forks its ClientApp processes, which this OS cannot; start the "
+                           "SuperNode without --isolation process and Flower starts them its own way")
     executor = ZygoteExecutor(Zygote(preload))
     # Flower's loop picks its executor through this module-level name; everything else is Flower's own.
     flower_superexec.get_executor = lambda *args, **kwargs: executor
