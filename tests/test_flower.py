@@ -365,6 +365,10 @@ def test_cli_app_dir_and_certs(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "flower-superlink" in text and "--ssl-certfile" in text and "--root-certificates" in text
     assert text.count("flower-supernode") == 3 and "partition-id=2 num-partitions=3" in text
+    # each SuperNode in --isolation process, with fedgca's SuperExec on its Runtime API beside it
+    nodes = [line for line in text.splitlines() if line.startswith("flower-supernode")]
+    assert len(nodes) == 3 and all("--isolation process" in line for line in nodes)
+    assert text.count("fedgca flower superexec --runtime-api-address 127.0.0.1:9094") == 3
     conf = tomli.loads((tmp_path / "app" / "pyproject.toml").read_text())
     ok, errors, _ = validate_config(conf, check_module=True, project_dir=tmp_path / "app")
     assert ok, errors

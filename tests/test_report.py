@@ -14,6 +14,7 @@ import pytest
 from fedgca.config import RunConfig
 from fedgca.experiments.sweep import canonical
 from fedgca.reporting import report
+from fedgca.reporting.groups import k_star_of
 
 SIZES = [79] * 8 + [78] * 2  # academic, C = 10 (IID)
 
@@ -109,8 +110,7 @@ def test_k_star_rule_ties_go_to_the_smaller_k():
     # A K run on fewer seeds (a sweep still going) does not compete with the fully run ones.
     assert report.k_star([g(10, (0.5, 0.5, 0.5)), g(20, (0.9,))]).k == 10
     assert report.k_star([g(10, (0.5, 0.5, 0.5)), g(20, (0.9,)), g(40, (0.6, 0.6, 0.6))]).k == 40
-    from fedgca.reporting.groups import k_star_of  # the one home of the rule (the scorecard calls it too)
-
+    # the rule's one home, which the scorecard calls too
     assert k_star_of({10: 0.5, 20: 0.9}, {10: 3, 20: 1}) == 10 and k_star_of({10: 0.5, 20: 0.9}) == 20
 
 
