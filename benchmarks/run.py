@@ -14,8 +14,9 @@
                             beside a fused-Adam per-client loop and the Flower simulation engine;
 9. ``bench_stacking.py``  — what stacking 3 seeds into one computation could buy (per-seed cost, S = 1 vs 3);
 10. ``bench_gmm_warm.py`` — ``--gmm-warm-start`` vs scikit-learn's fresh fit on a real run's codes;
-11. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps;
-12. ``bench_flower_deploy.py`` — a loopback deployment: fedgca GCA per exchange vs a no-op Flower app.
+11. ``bench_training_step.py`` — training epochs, the hand-written backward pass vs autograd (bit-identical);
+12. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps;
+13. ``bench_flower_deploy.py`` — a loopback deployment: fedgca GCA per exchange vs a no-op Flower app.
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -48,6 +49,7 @@ def main() -> int:
         [str(HERE / "bench_roofline.py"), *data, *(["--configs", "magic", "--no-flower"] if args.quick else [])],
         [str(HERE / "bench_stacking.py"), *data, *(["--configs", "academic", "--repeat", "1"] if args.quick else [])],
         [str(HERE / "bench_gmm_warm.py"), *data, *(["--rounds", "3", "--repeat", "1"] if args.quick else [])],
+        [str(HERE / "bench_training_step.py"), *data, *(["--configs", "magic", "--repeat", "3"] if args.quick else [])],
     ]
     if not args.quick:
         jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.protocol.dp import RecordDP
+from fedgca.protocol.losses import masked_batch_mean, masked_batch_mean_grad
 
 
 class UploadError(ValueError):
@@ -77,15 +78,32 @@ def nearest_centroid(z: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
     path gave it, so the reductions downstream run in the same order; the distance itself may differ
     from the all-K computation in the last bit (it is only reported, as the epoch's loss).
     """
-    with torch.no_grad():
-        assign = (z.unsqueeze(-2) - centroids).pow(2).sum(-1).argmin(dim=-1)  # [...]
+    assign = nearest_assignment(z, centroids)
     return assign, (z.contiguous() - centroids[assign]).pow(2).sum(-1)
+
+
+@torch.no_grad()
+def nearest_assignment(z: Tensor, centroids: Tensor) -> Tensor:
+    """a = argmin_k ||z − μ_k||₂ for z [..., dz] (the first on ties): a constant of the alignment loss."""
+    return (z.unsqueeze(-2) - centroids).pow(2).sum(-1).argmin(dim=-1)
 
 
 def alignment_per_row(z: Tensor, centroids: Tensor, weights: Tensor) -> Tensor:
     """w_{a_b} · ||E(x_b) − μ_{a_b}||², with μ and w constants (no gradient through them)."""
     assign, sq = nearest_centroid(z, centroids.detach())
     return weights.detach().to(z.dtype)[assign] * sq
+
+
+def alignment_loss_and_grad(z: Tensor, centroids: Tensor, weights: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``masked_batch_mean(alignment_per_row(z, μ, w), mask)`` for codes z [C, B, dz], and its gradient
+    with respect to z, computed with the ops autograd runs for it (bit-identical, tested): a hand-written
+    backward pass needs no graph."""
+    assign = nearest_assignment(z, centroids)
+    w = weights.to(z.dtype)[assign]
+    d = z.contiguous() - centroids[assign]
+    loss = masked_batch_mean(w * d.pow(2).sum(-1), mask)
+    g_sq = (masked_batch_mean_grad(mask, d.dtype) * w).unsqueeze(-1).expand(d.shape)
+    return loss, g_sq * (2.0 * d.pow(1.0))
 
 
 # ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from fedgca.protocol import dp as dp_protocol
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.protocol.gca import (
     GCAConfig,
+    alignment_loss_and_grad,
     alignment_per_row,
     alignment_weights,
     sample_upload,
@@ -21,7 +22,7 @@ from fedgca.protocol.gca import (
 from fedgca.protocol.losses import masked_batch_mean
 from fedgca.training.dpsgd import run_dp_epoch
 from fedgca.training.local import reconstruction_loss, reconstruction_per_example
-from fedgca.training.loop import ClientShards, LossFn, run_epoch
+from fedgca.training.loop import ClientShards, HandDifferentiated, LossFn, run_epoch
 from fedgca.training.stacked import StackedModels
 
 
@@ -44,6 +45,9 @@ def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -
     def loss(xb: Tensor, mask: Tensor) -> Tensor:
         return masked_batch_mean(alignment_per_row(clients.encode(xb), centroids, weights), mask)
 
+    if clients.hand_backward:
+        return HandDifferentiated(loss, lambda xb, mask: clients.loss_and_grads(
+            xb, mask, lambda z, m: alignment_loss_and_grad(z, centroids, weights, m), parts=("encoder",)))
     return loss
 
 

@@ -7,9 +7,13 @@ from torch import Tensor
 from fedgca import seeding
 from fedgca.protocol import fedprox
 from fedgca.protocol.dp import RecordDP
-from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
+from fedgca.protocol.losses import (
+    masked_batch_mean,
+    reconstruction_loss_and_grad,
+    reconstruction_per_row,
+)
 from fedgca.training.dpsgd import run_dp_epoch
-from fedgca.training.loop import ClientShards, LossFn, run_epoch
+from fedgca.training.loop import ClientShards, HandDifferentiated, LossFn, run_epoch
 from fedgca.training.stacked import StackedModels
 
 
@@ -20,6 +24,9 @@ def reconstruction_loss(clients: StackedModels, n_feature_dims: int, extra_loss=
         value = masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
         return value if extra_loss is None else value + extra_loss()
 
+    if extra_loss is None and n_feature_dims == 1 and clients.hand_backward:
+        return HandDifferentiated(loss, lambda xb, mask: clients.loss_and_grads(
+            xb, mask, lambda out, m: reconstruction_loss_and_grad(xb, out, m)))
     return loss
 
 

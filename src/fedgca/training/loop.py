@@ -14,6 +14,19 @@ from fedgca.training.stacked import StackedModels
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
 
+@dataclass(frozen=True)
+class HandDifferentiated:
+    """A LossFn with a hand-written backward pass beside it (``StackedModels.loss_and_grads``):
+    ``loss_and_grads(x_batch, mask)`` -> (loss [C], {parameter name: gradient}), autograd's gradients bit
+    for bit. ``run_epoch`` steps with it instead of recording a graph."""
+
+    value: LossFn
+    loss_and_grads: Callable[[Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]
+
+    def __call__(self, xb: Tensor, mask: Tensor) -> Tensor:
+        return self.value(xb, mask)
+
+
 @dataclass
 class ClientShards:
     """Each client's local rows, padded to a common length along a client axis."""
@@ -87,9 +100,13 @@ def run_epoch(
         if not bool(active.any()):
             continue
         xb = shards.x[rows, idx[step]]
-        loss = loss_fn(xb, mask[step])
-        grads = torch.autograd.grad(loss.sum(), params)
-        clients.optim.step(dict(zip(keys, grads)), active)
+        if isinstance(loss_fn, HandDifferentiated):
+            loss, grads = loss_fn.loss_and_grads(xb, mask[step])
+            grads = {k: grads[k] for k in keys}
+        else:
+            loss = loss_fn(xb, mask[step])
+            grads = dict(zip(keys, torch.autograd.grad(loss.sum(), params)))
+        clients.optim.step(grads, active)
         total += loss.detach() * active
         n_batches += active
     clients.optim.end_epoch(participating)
