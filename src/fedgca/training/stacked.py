@@ -201,7 +201,7 @@ def _stacked_mlp_saving(params: dict[str, Tensor], prefix: str, layers, h: Tenso
     for name, relu in layers:
         out = torch.baddbmm(params[f"{prefix}{name}.bias"].unsqueeze(-1), params[f"{prefix}{name}.weight"], h)
         if relu:
-            out = torch.relu(out)
+            out.relu_()  # in place: the backward needs only the rectified output
         saved.append((f"{prefix}{name}", relu, h, out))
         h = out
     return h
@@ -340,7 +340,7 @@ class StackedModels:
             for name, relu in self._mlp[part]:
                 h = torch.addmm(params[f"{part}.{name}.bias"].unsqueeze(-1), params[f"{part}.{name}.weight"], h)
                 if relu:
-                    h = torch.relu(h)
+                    h.relu_()  # in place: one buffer fewer per layer, ~5 % of a scoring pass
         return h.t()
 
     # ---- per-client views, for artifacts, attacks and the reference loop ----
