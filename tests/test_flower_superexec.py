@@ -76,3 +76,36 @@ def test_closing_the_pipe_ends_the_zygote_and_later_tasks_start_cold(recording_z
 
 def test_a_spec_too_long_for_one_atomic_write_is_refused(recording_zygote):
     assert not recording_zygote.submit(_spec("t" * 5000))
+
+
+def test_a_flwr_without_the_swapped_internals_is_refused_at_start(monkeypatch):
+    """The installed flwr passes; one that renamed ``get_executor`` (the name the swap replaces) or an
+    ``ExecutionSpec`` field gets one line naming what is missing, before anything starts."""
+    import dataclasses
+
+    from flwr.supercore.superexec import run_superexec as flower_superexec
+    from flwr.supercore.superexec.executor import types
+
+    superexec.check_flower_internals()
+    monkeypatch.delattr(flower_superexec, "get_executor")
+    with pytest.raises(RuntimeError, match=r"lacks get_executor;"):
+        superexec.check_flower_internals()
+    monkeypatch.undo()
+
+    @dataclasses.dataclass(frozen=True)
+    class Renamed:  # a spec whose token field is called differently
+        task_type: str
+        runtime_api_address: str
+        auth_token: str
+        insecure: bool
+        root_certificates_path: str | None
+        runtime_dependency_install: bool
+        parent_pid: int | None
+        suppress_output: bool
+        task_id: int
+
+    monkeypatch.setattr(types, "ExecutionSpec", Renamed)
+    with pytest.raises(RuntimeError, match=r"lacks ExecutionSpec\.token;"):
+        superexec.check_flower_internals()
+    with pytest.raises(RuntimeError, match="lacks"):
+        superexec.serve("127.0.0.1:1", insecure=True)  # refused before any zygote or connection

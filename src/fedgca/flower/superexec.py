@@ -178,11 +178,35 @@ class ZygoteExecutor:
         self.fallback.close()
 
 
+def check_flower_internals() -> None:
+    """Raise one line if the installed flwr lacks what this SuperExec swaps into or reads.
+
+    It relies on flwr 1.41 internals: ``run_superexec`` choosing its executor through the module-level
+    name ``get_executor``, and ``ExecutionSpec``'s fields. Another flwr could rename either, and the swap
+    would then be silently skipped (cold processes) or a spec misread; fail at start instead."""
+    import dataclasses
+
+    import flwr
+    from flwr.supercore.superexec import run_superexec as flower_superexec
+    from flwr.supercore.superexec.executor.types import ExecutionSpec, LaunchResult
+
+    missing = [name for name in ("run_superexec", "get_executor") if not callable(getattr(flower_superexec, name, None))]
+    fields = {f.name for f in dataclasses.fields(ExecutionSpec)}
+    missing += [f"ExecutionSpec.{name}" for name in (*_SPEC_FIELDS, "task_type", "task_id") if name not in fields]
+    if not callable(getattr(LaunchResult, "accepted", None)):
+        missing.append("LaunchResult.accepted")
+    if missing:
+        raise RuntimeError(f"fedgca flower superexec was built against flwr 1.41, and flwr {flwr.__version__} lacks "
+                           f"{', '.join(missing)}; start the SuperNode with Flower's own SuperExec instead "
+                           "(ClientApp processes then start cold)")
+
+
 def serve(runtime_api_address: str, *, insecure: bool, root_certificates: str | None = None,
           parent_pid: int | None = None, preload=PRELOAD) -> None:
     """Run the SuperExec until it is stopped (SIGTERM/SIGINT, or its parent ``parent_pid`` exits)."""
     from flwr.supercore.superexec import run_superexec as flower_superexec
 
+    check_flower_internals()
     if not hasattr(os, "fork"):
         raise RuntimeError("fedgca flower superexec forks its ClientApp processes, which this OS cannot; start the "
                            "SuperNode without --isolation process and Flower starts them its own way")
