@@ -23,6 +23,50 @@ def test_auroc_and_ap_match_sklearn(tied):
         assert average_precision_rows(scores, y)[c] == pytest.approx(average_precision_score(y, scores[c]), abs=1e-12)
 
 
+def test_one_unstable_sort_gives_the_stable_sorts_figures_bit_for_bit():
+    """AUROC and AP from one unstable argsort equal, to the last bit, the stable-sort formulation they replace
+    (scipy's mid-ranks; AP summed in the order of a stable descending sort), on rows with and without ties and
+    with duplicated scores at the ends."""
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(2)
+    n = int(rng.integers(20, 3000))  # 2,515 rows
+    y = rng.random(n) < rng.uniform(0.1, 0.6)
+    # many ties: in this row, AP summed in the reverse of an ascending sort differs in the last bit
+    tied = np.round(rng.random(n) + 0.3 * y, int(rng.integers(1, 3)))
+    scores = rng.random((5, n)).astype(np.float32).astype(np.float64) ** 2 + y
+    scores[1] = tied
+    scores[2, :50] = scores[2].max()  # a tie group at the top ...
+    scores[3, :50] = 0.0  # ... and at the bottom
+    ranks = rankdata(scores, axis=1)
+    n_pos = int(y.sum())
+    auroc_ref = (ranks[:, y].sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * (len(y) - n_pos))
+    desc = np.argsort(-scores, axis=1, kind="stable")
+    s, pos = np.take_along_axis(scores, desc, axis=1), y[desc]
+    precision = np.cumsum(pos, axis=1) / np.arange(1, s.shape[1] + 1)
+    ap_ref = np.empty(len(scores))
+    for c in range(len(scores)):  # precision at the end of each tie group, positive by positive
+        end = {v: i for i, v in enumerate(s[c])}
+        ap_ref[c] = (np.array([precision[c, end[v]] for v in s[c]]) * pos[c]).sum() / n_pos
+    order = np.argsort(scores, axis=1)
+    assert np.array_equal(auroc_rows(scores, y, order), auroc_ref)
+    assert np.array_equal(auroc_rows(scores, y), auroc_ref)
+    assert np.array_equal(average_precision_rows(scores, y, order), ap_ref)
+    assert np.array_equal(average_precision_rows(scores, y), ap_ref)
+
+
+@pytest.mark.parametrize("decimals", [None, 3, 1, 0])
+def test_descending_order_from_an_unstable_ascending_sort_is_the_stable_one(decimals):
+    from fedgca.evaluation.metrics import _descending
+
+    rng = np.random.default_rng(decimals or 7)
+    scores = rng.random((4, 3000)).astype(np.float32).astype(np.float64)
+    if decimals is not None:
+        scores = np.round(scores, decimals)  # up to two values per row: huge tie groups
+    scores[0, :40] = scores[0].max()
+    assert np.array_equal(_descending(scores, np.argsort(scores, axis=1)), np.argsort(-scores, axis=1, kind="stable"))
+
+
 def test_detection_metrics_accuracy_thresholds_and_nan_client():
     y = np.array([0, 0, 1, 1])
     scores = np.array([[0.1, 0.2, 0.9, 0.8], [np.nan, 0.1, 0.2, 0.3]])

@@ -76,31 +76,36 @@ def detection_metrics(test_scores: np.ndarray, test_y: np.ndarray, thresholds: n
     finite = np.isfinite(scores).all(axis=1)  # a diverged client gets NaN, not a crash
     safe = np.where(finite[:, None], scores, 0.0)
     n = len(thresholds)
+    order = np.argsort(safe, axis=1)  # one unstable sort serves both ranking metrics (see _descending)
     per_client = {
         "accuracy": ((scores > thresholds[:, None]) == y).mean(axis=1),
-        "auroc": np.broadcast_to(np.where(finite, auroc_rows(safe, y), np.nan), (n,)),
-        "auprc": np.broadcast_to(np.where(finite, average_precision_rows(safe, y), np.nan), (n,)),
+        "auroc": np.broadcast_to(np.where(finite, auroc_rows(safe, y, order), np.nan), (n,)),
+        "auprc": np.broadcast_to(np.where(finite, average_precision_rows(safe, y, order), np.nan), (n,)),
     }
     summary = {k: float(np.mean(v)) for k, v in per_client.items()}
     summary["per_client"] = {k: v.tolist() for k, v in per_client.items()}
     return summary
 
 
-def auroc_rows(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
+def auroc_rows(scores: np.ndarray, y: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
     """ROC AUC of every row of ``scores`` [C, M] against one label vector, ties at mid-rank.
 
-    The Mann–Whitney form, vectorised over clients; equals sklearn's
-    ``roc_auc_score`` (tested).
+    The Mann–Whitney form, vectorised over clients; equals sklearn's ``roc_auc_score`` (tested).
+    ``order``: each row's ascending argsort, if the caller has it (any sort: tied scores share a rank).
     """
-    ranks = np.stack([_mid_ranks(row) for row in scores])
+    if order is None:
+        order = np.argsort(scores, axis=1)
+    ranks = np.stack([_mid_ranks(row, o) for row, o in zip(scores, order)])
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     return (ranks[:, y].sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
-def _mid_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties at their average rank (scipy's ``rankdata(method="average")``, without
-    importing scipy.stats: 1.6 s of a Flower client's start-up)."""
-    order = np.argsort(values, kind="stable")
+def _mid_ranks(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values`` sorted by ``order``, ties at their average rank (scipy's
+    ``rankdata(method="average")``, without importing scipy.stats: 1.6 s of a Flower client's start-up).
+
+    Every member of a tie group gets the group's mid-rank, so the order within a group is irrelevant and an
+    unstable sort (4× faster than a stable one on 13,376 scores) gives the same ranks bit for bit."""
     s = values[order]
     starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])  # first index of each tie group
     ends = np.r_[starts[1:], len(s)]  # one past its last
@@ -110,13 +115,31 @@ def _mid_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def average_precision_rows(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _descending(scores: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``np.argsort(-scores, axis=1, kind="stable")`` from each row's ascending ``order`` (any sort).
+
+    Reversed, ``order`` is a descending order; only its tie groups can be out of the stable order (rows
+    ascending within a group), and only those positions are sorted again: float32 scores of 13,376 rows tie
+    a few times, so this costs a fraction of a second stable sort. The tied positives' order matters: AP
+    sums them, and a different order changes its last bit."""
+    desc = order[:, ::-1].copy()
+    s = np.take_along_axis(scores, desc, axis=1)
+    same = s[:, 1:] == s[:, :-1]  # position i ties with i + 1
+    for r in np.flatnonzero(same.any(axis=1)):
+        in_group = np.flatnonzero(np.r_[False, same[r]] | np.r_[same[r], False])
+        group = np.cumsum(np.r_[True, ~same[r]])[in_group]
+        desc[r, in_group] = desc[r, in_group][np.lexsort((desc[r, in_group], group))]
+    return desc
+
+
+def average_precision_rows(scores: np.ndarray, y: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
     """sklearn's average precision, AP = Σ_thresholds (R_n − R_{n−1}) P_n, for every row.
 
     Scores sorted descending; tied scores form one threshold, so every
     positive is credited with the precision at the end of its tie group.
+    ``order``: each row's ascending argsort, if the caller has it.
     """
-    order = np.argsort(-scores, axis=1, kind="stable")
+    order = _descending(scores, np.argsort(scores, axis=1) if order is None else order)
     s = np.take_along_axis(scores, order, axis=1)
     pos = y[order]
     precision = np.cumsum(pos, axis=1) / np.arange(1, s.shape[1] + 1)
