@@ -110,3 +110,20 @@ def test_nearest_centroid_gradients_equal_differentiating_the_min_over_all_centr
     (a_all, gw_all, gb_all), (a_one, gw_one, gb_one) = grads
     assert torch.equal(a_all, a_one)
     assert torch.equal(gw_all, gw_one) and torch.equal(gb_all, gb_one)
+
+
+@pytest.mark.parametrize("k", [10, 80])
+def test_nearest_assignment_keeps_the_codes_layout(k):
+    """Codes on the midpoints between two centroids, nudged in the last bits, make the argmin hang on the
+    distances' last bits. For the stacked encoder's transposed codes, nearest_assignment picks what the
+    out-of-place all-K distances pick, whereas a contiguous copy of the same codes picks differently: the
+    layout decides the summation order, so the fast path must not change it."""
+    gen = torch.Generator().manual_seed(k)
+    centroids = torch.randn(k, 16, generator=gen)
+    pairs = torch.randint(0, k, (2, 10 * 50), generator=gen)
+    mid = (centroids[pairs[0]] + centroids[pairs[1]]) / 2
+    z = (mid + 1e-7 * torch.randn(mid.shape, generator=gen)).reshape(10, 50, 16)
+    z = z.transpose(1, 2).contiguous().transpose(1, 2)  # feature stride 50, as the encoder's output
+    reference = (z.unsqueeze(-2) - centroids).pow(2).sum(-1).argmin(dim=-1)
+    assert torch.equal(gca.nearest_assignment(z, centroids), reference)
+    assert not torch.equal(gca.nearest_assignment(z.contiguous(), centroids), reference)

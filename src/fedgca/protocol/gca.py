@@ -84,8 +84,12 @@ def nearest_centroid(z: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def nearest_assignment(z: Tensor, centroids: Tensor) -> Tensor:
-    """a = argmin_k ||z − μ_k||₂ for z [..., dz] (the first on ties): a constant of the alignment loss."""
-    return (z.unsqueeze(-2) - centroids).pow(2).sum(-1).argmin(dim=-1)
+    """a = argmin_k ||z − μ_k||₂ for z [..., dz] (the first on ties): a constant of the alignment loss.
+
+    The squares are taken in place (~10 % of this step; same values). The layout of z is kept on purpose:
+    the sum over dz runs in a layout-dependent order, and the stacked encoder's transposed codes and a
+    contiguous copy pick different centroids on near-ties (tests/test_gca_math.py)."""
+    return (z.unsqueeze(-2) - centroids).pow_(2).sum(-1).argmin(dim=-1)
 
 
 def alignment_per_row(z: Tensor, centroids: Tensor, weights: Tensor) -> Tensor:
