@@ -95,10 +95,13 @@ def run_epoch(
     rows = torch.arange(shards.num_clients).unsqueeze(-1)
     total, n_batches = torch.zeros(shards.num_clients), torch.zeros(shards.num_clients)
     params = [clients.params[k] for k in keys]
+    # which clients step at each step, read off the mask once per epoch rather than once per step
+    active_steps = mask.sum(-1) > 0  # [S, C]
+    stepping = [[i for i, a in enumerate(row) if a] for row in active_steps.tolist()]
     for step in range(idx.shape[0]):
-        active = mask[step].sum(-1) > 0
-        if not bool(active.any()):
+        if not stepping[step]:
             continue
+        active = active_steps[step]
         xb = shards.x[rows, idx[step]]
         if isinstance(loss_fn, HandDifferentiated):
             loss, grads = loss_fn.loss_and_grads(xb, mask[step])
@@ -106,7 +109,7 @@ def run_epoch(
         else:
             loss = loss_fn(xb, mask[step])
             grads = dict(zip(keys, torch.autograd.grad(loss.sum(), params)))
-        clients.optim.step(grads, active)
+        clients.optim.step(grads, active, stepping[step])
         total += loss.detach() * active
         n_batches += active
     clients.optim.end_epoch(participating)

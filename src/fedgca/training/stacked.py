@@ -79,12 +79,14 @@ class StackedAdam:
         self._uniform = {k: bool((t == t[0]).all()) for k, t in self.step_count.items()}
 
     @torch.no_grad()
-    def step(self, grads: dict[str, Tensor], active: Tensor) -> None:
-        """One Adam step for the clients where ``active`` [C] is true."""
+    def step(self, grads: dict[str, Tensor], active: Tensor, clients: list[int] | None = None) -> None:
+        """One Adam step for the clients where ``active`` [C] is true (``clients``: their indices, if the
+        caller has them already)."""
         if self._lrs is None:
             self._lrs = self.lr().tolist()
         lrs = self._lrs
-        clients = active.nonzero().flatten().tolist()
+        if clients is None:
+            clients = active.nonzero().flatten().tolist()
         for lr in sorted({lrs[i] for i in clients}):  # one lr in practice: StepLR steps every 1000 epochs
             group = [i for i in clients if lrs[i] == lr]
             # one client: its views are the whole tensors already, without the step-count copies
