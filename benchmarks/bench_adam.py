@@ -60,10 +60,10 @@ def bench(dataset: str, data_dir, drifted: bool, repeat: int) -> dict:
     params, optims = per_client_adams(stack)
     gen = torch.Generator().manual_seed(0)
     grads = {k: torch.randn(v.shape, generator=gen) for k, v in stack.params.items()}
-    active = torch.ones(stack.num_clients, dtype=torch.bool)
+    everyone = list(range(stack.num_clients))
 
     def stacked_step():
-        stack.optim.step(grads, active)
+        stack.optim.step(grads, everyone)
 
     def per_client_step():
         for i, (own, opt) in enumerate(zip(params, optims)):

@@ -83,7 +83,7 @@ def test_dpsgd_noise_has_std_sigma_times_clip():
     """A zero-gradient loss: what reaches Adam is exactly the noise, N(0, (σ S_g / b)²) per coordinate."""
     _, clients = _tiny(2)
     seen = []
-    clients.optim.step = lambda grads, active: seen.append(torch.cat([g.flatten(1) for g in grads.values()], 1))
+    clients.optim.step = lambda grads, clients: seen.append(torch.cat([g.flatten(1) for g in grads.values()], 1))
     noise = dp.RecordDP(grad_clip=0.5, grad_sigma=3.0)
     x = torch.randn(2, 4000, 7)
     rngs = [np.random.default_rng(i) for i in range(2)]

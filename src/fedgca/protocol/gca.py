@@ -19,7 +19,7 @@ from torch import Tensor
 
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.protocol.dp import RecordDP
-from fedgca.protocol.losses import masked_batch_mean, masked_batch_mean_grad
+from fedgca.protocol.losses import masked_batch_mean_and_grad
 
 
 class UploadError(ValueError):
@@ -78,8 +78,14 @@ def nearest_centroid(z: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
     path gave it, so the reductions downstream run in the same order; the distance itself may differ
     from the all-K computation in the last bit (it is only reported, as the epoch's loss).
     """
+    assign, d = _offset_to_nearest(z, centroids)
+    return assign, d.pow(2).sum(-1)
+
+
+def _offset_to_nearest(z: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
+    """(a, z − μ_a): the nearest centroid and the offset to it, contiguous (see ``nearest_centroid``)."""
     assign = nearest_assignment(z, centroids)
-    return assign, (z.contiguous() - centroids[assign]).pow(2).sum(-1)
+    return assign, z.contiguous() - centroids[assign]
 
 
 @torch.no_grad()
@@ -102,12 +108,10 @@ def alignment_loss_and_grad(z: Tensor, centroids: Tensor, weights: Tensor, mask:
     """``masked_batch_mean(alignment_per_row(z, μ, w), mask)`` for codes z [C, B, dz], and its gradient
     with respect to z, computed with the ops autograd runs for it (bit-identical, tested): a hand-written
     backward pass needs no graph."""
-    assign = nearest_assignment(z, centroids)
+    assign, d = _offset_to_nearest(z, centroids)
     w = weights.to(z.dtype)[assign]
-    d = z.contiguous() - centroids[assign]
-    loss = masked_batch_mean(w * d.pow(2).sum(-1), mask)
-    g_sq = (masked_batch_mean_grad(mask, d.dtype) * w).unsqueeze(-1).expand(d.shape)
-    return loss, g_sq * (2.0 * d.pow(1.0))
+    loss, g = masked_batch_mean_and_grad(w * d.pow(2).sum(-1), mask)
+    return loss, (g * w).unsqueeze(-1).expand(d.shape) * (2.0 * d)
 
 
 # ---------------------------------------------------------------------------

@@ -15,24 +15,28 @@ def reconstruction_per_row(x: Tensor, x_hat: Tensor, n_feature_dims: int = 1) ->
 
 def masked_batch_mean(per_row: Tensor, mask: Tensor) -> Tensor:
     """(1/B) Σ_b over the real rows of each client's batch: per_row, mask [C, B] → [C]."""
-    return (per_row * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
+    return (per_row * mask).sum(-1) / _real_rows(mask)
 
 
-def masked_batch_mean_grad(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """∂ Σ_c masked_batch_mean(per_row, mask)_c / ∂ per_row [C, B] for per_row of ``dtype``: 1/B on real
-    rows, 0 on padding.
+def _real_rows(mask: Tensor) -> Tensor:
+    return mask.sum(-1).clamp_min(1.0)
 
-    The ops autograd runs for ``masked_batch_mean`` (divide, expand, multiply), so the hand-written
-    backward passes below give autograd's gradients bit for bit (tests/test_stacked.py)."""
-    per_client = torch.ones(mask.shape[:-1], dtype=dtype) / mask.sum(-1).clamp_min(1.0)
-    return per_client.unsqueeze(-1).expand(mask.shape) * mask
+
+def masked_batch_mean_and_grad(per_row: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``masked_batch_mean(per_row, mask)`` and ∂ Σ_c of it / ∂ per_row [C, B] (1/B on real rows, 0 on
+    padding), the batch sizes counted once.
+
+    The gradient is made with the ops autograd runs for the mean (divide, expand, multiply), so the
+    hand-written backward passes give autograd's gradients bit for bit (tests/test_stacked.py)."""
+    n = _real_rows(mask)
+    grad = (torch.ones(n.shape, dtype=per_row.dtype) / n).unsqueeze(-1).expand(mask.shape) * mask
+    return (per_row * mask).sum(-1) / n, grad
 
 
 def reconstruction_loss_and_grad(x: Tensor, x_hat: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """``masked_batch_mean(reconstruction_per_row(x, x_hat), mask)`` for rows x, x_hat [C, B, F], and its
-    gradient with respect to x_hat — as autograd computes it (pow's backward is g·(2·d¹), the
-    subtraction's is −g), so that training by hand steps exactly as training through autograd."""
+    gradient with respect to x_hat as autograd computes it: pow's backward g·2d, the subtraction's −g
+    (folded into the factor: negation and doubling are exact)."""
     d = x - x_hat
-    loss = masked_batch_mean(d.pow(2).sum(-1), mask)
-    g_row = masked_batch_mean_grad(mask, d.dtype).unsqueeze(-1).expand(d.shape)
-    return loss, -(g_row * (2.0 * d.pow(1.0)))
+    loss, g = masked_batch_mean_and_grad(d.pow(2).sum(-1), mask)
+    return loss, g.unsqueeze(-1).expand(d.shape) * (-2.0 * d)

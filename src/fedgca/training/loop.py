@@ -109,7 +109,7 @@ def run_epoch(
         else:
             loss = loss_fn(xb, mask[step])
             grads = dict(zip(keys, torch.autograd.grad(loss.sum(), params)))
-        clients.optim.step(grads, active, stepping[step])
+        clients.optim.step(grads, stepping[step])
         total += loss.detach() * active
         n_batches += active
     clients.optim.end_epoch(participating)

@@ -79,14 +79,11 @@ class StackedAdam:
         self._uniform = {k: bool((t == t[0]).all()) for k, t in self.step_count.items()}
 
     @torch.no_grad()
-    def step(self, grads: dict[str, Tensor], active: Tensor, clients: list[int] | None = None) -> None:
-        """One Adam step for the clients where ``active`` [C] is true (``clients``: their indices, if the
-        caller has them already)."""
+    def step(self, grads: dict[str, Tensor], clients: list[int]) -> None:
+        """One Adam step for the clients with these indices (the others take none)."""
         if self._lrs is None:
             self._lrs = self.lr().tolist()
         lrs = self._lrs
-        if clients is None:
-            clients = active.nonzero().flatten().tolist()
         for lr in sorted({lrs[i] for i in clients}):  # one lr in practice: StepLR steps every 1000 epochs
             group = [i for i in clients if lrs[i] == lr]
             # one client: its views are the whole tensors already, without the step-count copies
@@ -188,22 +185,19 @@ def _stacked_mlp(params: dict[str, Tensor], prefix: str, layers, x: Tensor) -> T
     nn.Linear's [C, out, in] layout, where vmap's x·Wᵀ returns transposed views
     that cost a strided copy per tensor before the fused Adam step.
     """
-    h = x.transpose(1, 2)
-    for name, relu in layers:
-        h = torch.baddbmm(params[f"{prefix}{name}.bias"].unsqueeze(-1), params[f"{prefix}{name}.weight"], h)
-        if relu:
-            h = torch.relu(h)
-    return h.transpose(1, 2)
+    return _stacked_mlp_t(params, prefix, layers, x.transpose(1, 2)).transpose(1, 2)
 
 
-def _stacked_mlp_saving(params: dict[str, Tensor], prefix: str, layers, h: Tensor, saved: list) -> Tensor:
-    """``_stacked_mlp`` on transposed rows h [C, d_in, B] without autograd, appending each layer's
-    (input, output) to ``saved`` for ``_stacked_mlp_backward``."""
+def _stacked_mlp_t(params: dict[str, Tensor], prefix: str, layers, h: Tensor, saved: list | None = None) -> Tensor:
+    """``_stacked_mlp`` on transposed rows h [C, d_in, B]; with ``saved``, each layer's (name, relu, input,
+    output) is appended for ``_stacked_mlp_backward``. ReLU runs in place: neither autograd's backward nor
+    the hand-written one needs the pre-activation."""
     for name, relu in layers:
         out = torch.baddbmm(params[f"{prefix}{name}.bias"].unsqueeze(-1), params[f"{prefix}{name}.weight"], h)
         if relu:
-            out.relu_()  # in place: the backward needs only the rectified output
-        saved.append((f"{prefix}{name}", relu, h, out))
+            out.relu_()
+        if saved is not None:
+            saved.append((f"{prefix}{name}", relu, h, out))
         h = out
     return h
 
@@ -322,7 +316,7 @@ class StackedModels:
         saved: list = []
         h = x.transpose(1, 2)
         for part in parts:
-            h = _stacked_mlp_saving(self.params, part + ".", self._mlp[part], h, saved)
+            h = _stacked_mlp_t(self.params, part + ".", self._mlp[part], h, saved)
         loss, g = output_loss(h.transpose(1, 2), mask)
         return loss, _stacked_mlp_backward(self.params, saved, g.transpose(1, 2))
 
