@@ -150,9 +150,7 @@ def invert(
             idx, grad = idx[keep], grad[keep]
         if len(idx):
             full_grad[idx] = grad
-            mask = torch.zeros(n, dtype=torch.bool)
-            mask[idx] = True
-            adam.step({"x": full_grad}, mask)
+            adam.step({"x": full_grad}, idx.tolist())  # idx: the running starts, ascending
             if bounds is not None:
                 x[idx] = x[idx].clamp(*bounds)
 
