@@ -54,9 +54,12 @@ def median_ms(fn, repeat: int) -> float:
 
 def bench(dataset: str, data_dir, drifted: bool, repeat: int) -> dict:
     stack = build_federation(RunConfig(dataset=dataset, method="gca").resolved(), data_dir).clients
-    if drifted:  # client i has taken i more steps than client 0
-        for steps in stack.optim.step_count.values():
+    if drifted:  # client i has taken i more steps than client 0; set through load_state_dict, which
+        # re-reads which tensors' counts are uniform (an in-place edit of the counts would leave that stale)
+        state = stack.optim.state_dict()
+        for steps in state["step"].values():
             steps += torch.arange(stack.num_clients, dtype=steps.dtype)
+        stack.optim.load_state_dict(state)
     params, optims = per_client_adams(stack)
     gen = torch.Generator().manual_seed(0)
     grads = {k: torch.randn(v.shape, generator=gen) for k, v in stack.params.items()}

@@ -75,7 +75,8 @@ class StackedAdam:
 
         Kept up to date by ``step`` without reading the counts again (a subset of clients stepping makes a
         tensor non-uniform until a reset); a stale False only costs the client-by-client path, never a
-        result."""
+        result. Set step counts through ``load_state_dict`` or ``reset``, never in place: a stale True would
+        step drifted clients with one shared count."""
         self._uniform = {k: bool((t == t[0]).all()) for k, t in self.step_count.items()}
 
     @torch.no_grad()
