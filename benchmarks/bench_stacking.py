@@ -12,6 +12,9 @@ work per slot), timed per seed for each part of a GCA round that stacks —
 * scoring the test set with every slot's model (the evaluation: 6 per GCA round),
 
 next to the parts that cannot stack (one GMM fit per seed: the server's clustering is per federation).
+The same for Centralized, the overhead-bound method (one model, B = 50 on the pooled rows): S seeds'
+pooled models as S slots, timed per seed for a local-training epoch and a test-set scoring, projected
+over its round (``local_epochs`` epochs, one evaluation).
 Per seed, S = 3 time / S = 1 time is the fraction a 3-seed stack would take; the round's projected
 speed-up weights the parts as one GCA round does (5 recon + 5 align epochs, 6 evaluations, 1 fit).
 S = 1 and S = 3 alternate ``--repeat`` times (minimum kept), at 1 torch thread.
@@ -29,12 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_simulator import config_args, shards_for, timed  # noqa: E402
 
 from fedgca import seeding  # noqa: E402
+from fedgca.config import RunConfig  # noqa: E402
 from fedgca.data import load_dataset  # noqa: E402
 from fedgca.evaluation.metrics import shared_scores  # noqa: E402
 from fedgca.models import TabularAE  # noqa: E402
 from fedgca.protocol import gca  # noqa: E402
 from fedgca.protocol.clustering import ClusterSummary  # noqa: E402
 from fedgca.training import gca as gca_training  # noqa: E402
+from fedgca.training.local import local_training  # noqa: E402
 from fedgca.training.loop import ClientShards  # noqa: E402
 from fedgca.training.stacked import StackedModels  # noqa: E402
 
@@ -59,6 +64,33 @@ def per_seed_times(arrays, cfg, test_x, seeds: int) -> dict:
     return {"recon": timed(recon) / seeds, "align": timed(align) / seeds, "eval": timed(score) / seeds}
 
 
+def centralized_per_seed_times(pooled: np.ndarray, test_x, seeds: int, batch_size: int) -> dict:
+    """Seconds per seed of one Centralized epoch and one test-set scoring, S = ``seeds`` pooled models stacked."""
+    torch.manual_seed(0)
+    stack = StackedModels([TabularAE(pooled.shape[1]) for _ in range(seeds)])
+    shards = ClientShards.from_arrays([pooled] * seeds)
+    part = torch.ones(seeds, dtype=torch.bool)
+    epoch = lambda: local_training(stack, shards, 0, 0, 1, part, batch_size)  # noqa: E731
+    score = lambda: shared_scores(stack, test_x)  # noqa: E731
+    epoch(), score()  # warm-up
+    return {"epoch": timed(epoch) / seeds, "eval": timed(score) / seeds}
+
+
+def best_of(repeat: int, measure) -> dict:
+    """Per part, the minimum over ``repeat`` alternations of S = 1 and S = 3: {S: {part: seconds}}."""
+    best = {1: {}, 3: {}}
+    for _ in range(repeat):
+        for s in (1, 3):
+            for part, sec in measure(s).items():
+                best[s][part] = min(best[s].get(part, np.inf), sec)
+    return best
+
+
+def print_projection(name: str, label: str, one: float, three: float) -> None:
+    print(f"{name:<10} {label:<24} {1e3 * one:>8.1f} {1e3 * three:>8.1f} {three / one:>10.2f}"
+          f"   → 3 seeds stacked at most {one / three:.2f}x faster than 3 sequential runs")
+
+
 def main() -> None:
     args = config_args(__doc__.splitlines()[0])
     load = os.getloadavg()
@@ -69,11 +101,7 @@ def main() -> None:
         arrays, preset = shards_for(name, args.data_dir)
         cfg = gca.GCAConfig(k=preset["k"], rho=preset["rho"])
         test_x = torch.as_tensor(load_dataset(name, args.data_dir).test_x, dtype=torch.float32)
-        best = {1: {}, 3: {}}
-        for _ in range(args.repeat):
-            for s in (1, 3):
-                for part, sec in per_seed_times(arrays, cfg, test_x, s).items():
-                    best[s][part] = min(best[s].get(part, np.inf), sec)
+        best = best_of(args.repeat, lambda s: per_seed_times(arrays, cfg, test_x, s))
         rng = np.random.default_rng(0)
         codes = [rng.normal(size=(gca.upload_size(len(a), cfg.rho), 16)).astype(np.float32) for a in arrays]
         fit = min(timed(lambda: gca.aggregate_codes(codes, cfg, 0)) for _ in range(args.repeat))
@@ -85,8 +113,16 @@ def main() -> None:
         weights = {"recon": cfg.recon_epochs, "align": cfg.align_epochs, "eval": cfg.recon_epochs + 1}
         one = sum(w * best[1][p] for p, w in weights.items()) + fit
         three = sum(w * best[3][p] for p, w in weights.items()) + fit
-        print(f"{name:<10} {'GCA round, projected':<24} {1e3 * one:>8.1f} {1e3 * three:>8.1f} {three / one:>10.2f}"
-              f"   → 3 seeds stacked at most {one / three:.2f}x faster than 3 sequential runs")
+        print_projection(name, "GCA round, projected", one, three)
+        run_cfg = RunConfig(dataset=name, method="centralized").resolved()
+        pooled = np.concatenate(arrays)
+        central = best_of(args.repeat, lambda s: centralized_per_seed_times(pooled, test_x, s, run_cfg.batch_size))
+        for part, label in {"epoch": "Centralized epoch", "eval": "Centralized scoring"}.items():
+            a, b = central[1][part], central[3][part]
+            print(f"{name:<10} {label:<24} {1e3 * a:>8.1f} {1e3 * b:>8.1f} {b / a:>10.2f}")
+        one = run_cfg.local_epochs * central[1]["epoch"] + central[1]["eval"]
+        three = run_cfg.local_epochs * central[3]["epoch"] + central[3]["eval"]
+        print_projection(name, "Centralized round, proj.", one, three)
     print(f"load average after {tuple(round(x, 2) for x in os.getloadavg())}")
 
 
