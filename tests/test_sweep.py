@@ -109,6 +109,20 @@ def test_failure_is_recorded_and_does_not_stop_the_sweep(tmp_path, data_dir):
     assert [e["event"] for e in _events(root)].count("finished") == 1
 
 
+def test_longest_first_starts_the_largest_predicted_run_first(tmp_path, data_dir):
+    short = sweep.canonical(RunConfig("academic", method="single", rounds=1, local_epochs=1))
+    long = sweep.canonical(RunConfig("academic", method="single", rounds=2, local_epochs=1))
+    flops = sweep.predicted_flops([short, long], data_dir)
+    assert flops[long.key()] > flops[short.key()]
+    for order, first in (("grid", short), ("longest-first", long)):
+        root = tmp_path / order
+        assert sweep.run_sweep([short, long], root, workers=0, data_dir=data_dir, order=order)["finished"] == 2
+        started = [e["key"] for e in _events(root) if e["event"] == "started"]
+        assert started[0] == first.key() and sorted(started) == sorted([short.key(), long.key()])
+    with pytest.raises(ValueError, match="--order"):
+        sweep.run_sweep([short], tmp_path / "x", workers=0, data_dir=data_dir, order="shortest")
+
+
 @pytest.mark.slow
 def test_killed_sweep_resumes_with_each_run_exactly_once(tmp_path, data_dir):
     """SIGTERM a real `fedgca sweep` after its first run finishes (one clear line, workers stopped, nothing

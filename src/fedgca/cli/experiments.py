@@ -77,6 +77,9 @@ def _register_sweep_report_comm(sub) -> None:
     p.add_argument("--data-dir", help="dataset directory (default: the file's `data_dir`, $FEDGCA_DATA_DIR, cache)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.add_argument("--no-retry-failed", action="store_true", help="leave runs whose last attempt failed alone")
+    p.add_argument("--order", choices=["grid", "longest-first"], default="grid",
+                   help="which runs start first: the file's order (default; its first cells finish first) or the "
+                        "largest predicted FLOPs first (the shortest wall time for the whole sweep)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="render the paper's tables and plots from a directory of runs",
@@ -139,7 +142,8 @@ def cmd_sweep(args) -> int:
         return 0
     try:
         res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
-                              verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed)
+                              verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed,
+                              order=args.order)
     except sweep.SweepStopped as stop:  # one line; SIGTERM exits 143 and Ctrl-C 130, as a shell reports them
         print(f"fedgca: {stop}", file=sys.stderr)
         return 143 if "SIGTERM" in str(stop) else 130

@@ -30,7 +30,8 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
     from fedgca.experiments import sweep
 
     configs = grid(base, datasets, methods, seeds)
-    result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir)
+    # the table is read only when complete: start the longest runs first (the shortest makespan)
+    result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, order="longest-first")
     if result["failed"]:
         raise RuntimeError(f"{len(result['failed'])} run(s) failed (see {Path(root) / sweep.LEDGER}): "
                            + "; ".join(str(f) for f in result["failed"])[:500])

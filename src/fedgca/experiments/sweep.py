@@ -333,9 +333,19 @@ def describe(cfg: RunConfig) -> str:
     return " ".join(parts)
 
 
+ORDERS = ("grid", "longest-first")
+
+
 def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None, verbose: bool = False,
-              retry_failed: bool = True) -> dict:
-    """Run every config not finished in ``root``; returns counts and the failures."""
+              retry_failed: bool = True, order: str = "grid") -> dict:
+    """Run every config not finished in ``root``; returns counts and the failures.
+
+    ``order``: "grid" starts the runs in the file's order (its first cells finish first, for a partial
+    report); "longest-first" by predicted FLOPs, largest first, so that the last runs to start are the
+    short ones and no worker idles for long at the end (longest-processing-time scheduling).
+    """
+    if order not in ORDERS:
+        raise ValueError(f"--order {order!r}: choose one of {', '.join(ORDERS)}")
     root = Path(root)
     (root / RUNS).mkdir(parents=True, exist_ok=True)
     ledger = Ledger(root / LEDGER)
@@ -364,6 +374,10 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     if flops:
         result.update(flops=flops, flops_total=sum(flops.values()), flops_done=0.0)
         log.info("sweep %s: %.1f TFLOP of protocol work to run (experiments/cost.py)", root, result["flops_total"] / 1e12)
+        if order == "longest-first":
+            todo.sort(key=lambda c: -flops[c.key()])  # stable: equal costs keep the grid's order
+    elif order == "longest-first":
+        log.warning("sweep %s: no FLOP predictions, so the runs start in the grid's order", root)
     result["t0"] = time.monotonic()  # for the ETA in the progress lines; removed before returning
     in_main = threading.current_thread() is threading.main_thread()  # only there can a signal handler go
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if in_main else None
@@ -466,5 +480,5 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
                     "status": "failed", "error": "worker process died (killed, out of memory, or could not start)"})
 
 
-__all__ = ["Ledger", "SweepSpec", "SweepStopped", "canonical", "execute", "load_spec", "parse_spec",
+__all__ = ["ORDERS", "Ledger", "SweepSpec", "SweepStopped", "canonical", "execute", "load_spec", "parse_spec",
            "run_dir", "run_sweep", "status"]
