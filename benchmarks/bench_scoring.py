@@ -7,7 +7,8 @@ round's protocol FLOPs). ``fedgca.evaluation.metrics.shared_scores`` scores one 
 the previous implementation — every client's model in one stacked ``baddbmm`` pass per block of rows, blocks
 sized to keep the [C, rows, 256] activations in cache (2^19 elements) — each with its seconds (minimum over
 ``--repeat`` calls), GFLOP/s (2F per scored row), the ratio to the default, and whether its scores are
-identical to the default's.
+identical to the default's. For images (``--dataset fashion_mnist``), also the conv AE's passes in plain
+NCHW layout, as the engine scored before channels-last.
 
     python benchmarks/bench_scoring.py [--dataset magic] [--data-dir DIR] [--rows 512 1024 2048 4096]
 """
@@ -38,6 +39,21 @@ def stacked_scores(clients, x, budget: int = 1 << 19) -> torch.Tensor:
         chunk = part.unsqueeze(0).expand(clients.num_clients, *part.shape)
         out.append(reconstruction_per_row(chunk, clients.reconstruct(chunk), x.dim() - 1))
     return torch.cat(out, dim=1)
+
+
+@torch.no_grad()
+def nchw_scores(clients, x) -> torch.Tensor:
+    """The engine before channels-last: each client's conv AE on NCHW images and weights."""
+    def reconstruct(i, part):
+        params = {k: v[i].detach() for k, v in clients.params.items()}
+        return clients._call("decoder")(params, clients._call("encoder")(params, part))
+
+    own = clients.reconstruct_client
+    clients.reconstruct_client = reconstruct
+    try:
+        return metrics.shared_scores(clients, x)
+    finally:
+        clients.reconstruct_client = own
 
 
 def seconds(fn, repeat: int) -> tuple[float, torch.Tensor]:
@@ -83,7 +99,10 @@ def main() -> None:
             line(f"one model at a time, {rows} rows", *seconds(lambda: metrics.shared_scores(clients, x), args.repeat))
     finally:
         metrics.chunk_rows = original
-    line("stacked passes (before)", *seconds(lambda: stacked_scores(clients, x), args.repeat))
+    if x.dim() == 4:
+        line("NCHW layout (before)", *seconds(lambda: nchw_scores(clients, x), args.repeat))
+    else:
+        line("stacked passes (before)", *seconds(lambda: stacked_scores(clients, x), args.repeat))
 
 
 if __name__ == "__main__":

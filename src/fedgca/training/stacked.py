@@ -328,10 +328,16 @@ class StackedModels:
         One model at a time: for the MLP a chain of ``addmm`` on client i's own weights, in the stacked
         path's orientation (hᵀ ← W·hᵀ + b); scoring this way ran 1.17-1.39× faster than the stacked
         batched matmuls, with bit-identical scores (``benchmarks/bench_scoring.py``). Anything else runs as
-        its own model (``_per_client``'s call).
+        its own model (``_per_client``'s call); images in channels-last layout, weights and inputs, which
+        oneDNN convolves ~1.4× faster than NCHW (``benchmarks/bench_vision.py``). Those scores differ from
+        the NCHW pass in the last bits (|Δ| ~1e-6 relative); scoring never feeds back into training.
         """
         params = {k: v[i].detach() for k, v in self.params.items()}
         if self._mlp["encoder"] is None or self._mlp["decoder"] is None:
+            if x.dim() == 4:
+                cl = torch.channels_last
+                params = {k: v.contiguous(memory_format=cl) if v.dim() == 4 else v for k, v in params.items()}
+                x = x.contiguous(memory_format=cl)
             return self._call("decoder")(params, self._call("encoder")(params, x))
         h = x.t()
         for part in ("encoder", "decoder"):
