@@ -6,6 +6,7 @@ numbers are inputs to the rendering code, not results of any experiment.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -265,3 +266,13 @@ def test_weighting_ablation_paper_statistic_from_real_runs(tmp_path, data_dir):
     for cell, weights in zip(row[3:5], ("inverse", "uniform")):
         assert math.isclose(cell[0], sum(expect[weights]) / 2, rel_tol=1e-12) and cell[2] == 2
     assert row[5] == f"{100 * (row[4][0] - row[3][0]):+.2f}"
+
+
+def test_runs_csv_names_the_commit_of_each_run():
+    from fedgca.reporting import tables
+
+    base = {"dataset": "academic", "method": "gca", "seed": 100, "rounds": 1, "wall_seconds": 1.0,
+            **{p: {m: 0.5 for m in tables.DETECTION} for p in ("peak", "final", "selected")}}
+    rows = list(csv.DictReader(io.StringIO(tables.raw_csv(
+        [{**base, "code": {"git": "55e5a27abc"}}, base]))))  # the second predates the summary's `code` field
+    assert [r["code"] for r in rows] == ["55e5a27abc", ""]

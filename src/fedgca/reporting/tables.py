@@ -78,10 +78,11 @@ def paper_protocol(row: dict) -> bool:
 
 
 def raw_csv(summaries: list[dict]) -> str:
-    """One line per run: the figures behind every table."""
+    """One line per run: the figures behind every table, and the commit that made the run (``code``: empty for
+    runs older than the summary's ``code`` field)."""
     fields = ["dataset", "method", "seed", "rounds", "k", "backend", "weights", "partition", *PROTOCOL_DEFAULTS]
     metrics = [f"{p}_{m}" for p in ("peak", "final", "selected") for m in DETECTION]
     body = [[s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected")
-                                          for m in DETECTION] + [s["wall_seconds"]]
+                                          for m in DETECTION] + [s["wall_seconds"], (s.get("code") or {}).get("git")]
             for s in summaries]
-    return csv_text(fields + metrics + ["wall_seconds"], body)
+    return csv_text(fields + metrics + ["wall_seconds", "code"], body)
