@@ -66,6 +66,8 @@ def cmd_compare(args) -> int:
 
 
 def _register_sweep_report_comm(sub) -> None:
+    from fedgca.experiments import sweep
+
     p = sub.add_parser("sweep", help="run a grid of configurations from a TOML file (resumable, parallel)",
                        description="Run every configuration of a sweep file; finished runs are skipped, killed "
                                    "runs resume, failed runs are recorded and retried on the next invocation.")
@@ -77,7 +79,7 @@ def _register_sweep_report_comm(sub) -> None:
     p.add_argument("--data-dir", help="dataset directory (default: the file's `data_dir`, $FEDGCA_DATA_DIR, cache)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.add_argument("--no-retry-failed", action="store_true", help="leave runs whose last attempt failed alone")
-    p.add_argument("--order", choices=["grid", "longest-first"], default="grid",
+    p.add_argument("--order", choices=sweep.ORDERS, default=sweep.ORDERS[0],
                    help="which runs start first: the file's order (default; its first cells finish first) or the "
                         "largest predicted FLOPs first (the shortest wall time for the whole sweep)")
     p.set_defaults(func=cmd_sweep)

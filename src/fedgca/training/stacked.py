@@ -329,8 +329,9 @@ class StackedModels:
         path's orientation (hᵀ ← W·hᵀ + b); scoring this way ran 1.17-1.39× faster than the stacked
         batched matmuls, with bit-identical scores (``benchmarks/bench_scoring.py``). Anything else runs as
         its own model (``_per_client``'s call); images in channels-last layout, weights and inputs, which
-        oneDNN convolves ~1.4× faster than NCHW (``benchmarks/bench_vision.py``). Those scores differ from
-        the NCHW pass in the last bits (|Δ| ~1e-6 relative); scoring never feeds back into training.
+        oneDNN convolves faster than NCHW (1.2-1.3× per evaluation, ``benchmarks/bench_scoring.py --dataset
+        fashion_mnist``). Those scores differ from the NCHW pass in the last bits (≤ 2.4e-7 relative);
+        scoring never feeds back into training.
         """
         params = {k: v[i].detach() for k, v in self.params.items()}
         if self._mlp["encoder"] is None or self._mlp["decoder"] is None:
