@@ -109,6 +109,25 @@ def test_failure_is_recorded_and_does_not_stop_the_sweep(tmp_path, data_dir):
     assert [e["event"] for e in _events(root)].count("finished") == 1
 
 
+def test_a_stopping_pools_manager_thread_cannot_print_a_traceback(monkeypatch):
+    """Stopping a sweep forgets the pool's pending work items; CPython's manager thread may then trip over one
+    (KeyError) — the stopped sweep must still end with its one line. Other threads' errors are still reported."""
+    import threading
+
+    reported = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: reported.append(args.thread.name))  # restored after
+
+    def fail():
+        raise KeyError(28)
+
+    manager, other = threading.Thread(target=fail, name="manager"), threading.Thread(target=fail, name="other")
+    sweep._silence(manager)
+    for t in (manager, other):
+        t.start()
+        t.join()
+    assert reported == ["other"]
+
+
 def test_longest_first_starts_the_largest_predicted_run_first(tmp_path, data_dir):
     short = sweep.canonical(RunConfig("academic", method="single", rounds=1, local_epochs=1))
     long = sweep.canonical(RunConfig("academic", method="single", rounds=2, local_epochs=1))

@@ -396,6 +396,21 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     return result
 
 
+def _silence(thread) -> None:
+    """Drop uncaught exceptions of ``thread`` (the stopping pool's manager): it can still be queueing a work
+    item whose entry ``_stop_workers`` just forgot (a KeyError in CPython's executor), and a stopped sweep
+    must end with its one line, not a traceback. Every other thread's exceptions are reported as before."""
+    if thread is None:
+        return
+    previous = threading.excepthook
+
+    def hook(args):
+        if args.thread is not thread:
+            previous(args)
+
+    threading.excepthook = hook
+
+
 def _stop_workers(pool, grace: float = 30.0) -> None:
     """Stop a pool's workers now; ``shutdown(wait=True)`` alone would wait for runs of an hour.
 
@@ -404,9 +419,11 @@ def _stop_workers(pool, grace: float = 30.0) -> None:
     has ended (otherwise interpreter exit waits on that thread for ever). CPython's pool internals, read
     defensively: ``_processes``, ``_pending_work_items``, ``_executor_manager_thread(_wakeup)``.
     """
-    pool.shutdown(wait=False, cancel_futures=True)
+    # read before shutdown(), which sets them to None
     manager = getattr(pool, "_executor_manager_thread", None)
     wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+    _silence(manager)
+    pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + grace
     while True:
         for proc in [*(getattr(pool, "_processes", None) or {}).values(), *multiprocessing.active_children()]:
