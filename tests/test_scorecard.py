@@ -96,6 +96,7 @@ def _variant_run(root, seed, opt, global_peak, local_peak):
     for r, (g, loc) in enumerate(((global_peak - 0.01, local_peak), (global_peak, local_peak - 0.02)), start=1):
         rows += [f"{r},local,,{loc},0.7,0.7,0.1,nan,1", f"{r},round,,{g},0.7,0.7,0.1,nan,0"]
     (d / "metrics.csv").write_text("\n".join(rows) + "\n")
+    return d
 
 
 def test_variants_table_delta_and_verdicts(tmp_path):
@@ -152,3 +153,23 @@ def test_honest_protocol_cells_and_claims(fixture_dir):
     assert claims["GCA vs FedAvg"]["survives"] == "no" and "GCA vs FedProx" not in claims
     text = scorecard.render(data, "fixture")
     assert "| academic | GCA (K*=10) | 64.92 ± 0.01 | 64.92 ± 0.02 | 64.20 ± 0.20 |" in text
+
+
+def test_variants_table_of_shorter_runs(tmp_path):
+    """--rounds R tabulates the runs of R rounds alone, and says the paper's figures are R = 100's."""
+    from fedgca.reporting import variants
+
+    for seed, loc in ((100, 0.6486), (200, 0.6487), (300, 0.6488)):
+        _variant_run(tmp_path, seed, "keep", 0.6540, loc)
+    for seed in (100, 200, 300):  # R = 2 runs of the same cell, far from the paper
+        d = _variant_run(tmp_path / "r2", seed, "keep", 0.50, 0.40)
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, "rounds": 2}))
+    assert {r["rounds"] for r in variants.variant_rows(tmp_path)} == {100}
+    short = variants.variant_rows(tmp_path, rounds=2)
+    assert {(r["rounds"], r["evaluation"]) for r in short} == {(2, "global"), (2, "local")}
+    assert {round(r["mean"], 2) for r in short} == {50.0, 40.0} and {r["verdict"] for r in short} == {"not"}
+    text = variants.write_variants(tmp_path, tmp_path / "V.md", rounds=2).read_text()
+    assert "--variants --rounds 2`" in text and "R = 100's" in text and text.count("on 0/1 cells") == 2
+    with pytest.raises(ValueError, match="R = 7"):
+        variants.write_variants(tmp_path, tmp_path / "V7.md", rounds=7)

@@ -102,6 +102,8 @@ def _register_sweep_report_comm(sub) -> None:
     p.add_argument("--variants", action="store_true",
                    help="instead: the parameter-sharing baselines under each protocol variant (--baseline-eval, "
                         "--optimizer-state, --threshold) beside the paper (VARIANTS.md)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="with --variants: the runs of R rounds (default: the paper's R = 100)")
     p.set_defaults(func=cmd_scorecard)
 
     p = sub.add_parser("comm", help="per-round communication (MiB) measured from the payloads the code builds",
@@ -175,10 +177,12 @@ def cmd_scorecard(args) -> int:
 
     if not Path(args.dir).is_dir():
         raise FileNotFoundError(f"{args.dir}: no such directory")
+    if args.rounds is not None and not args.variants:
+        raise ValueError("--rounds applies to --variants only (the scorecard judges R = 100 and shows shorter runs)")
     if args.variants:
         from fedgca.reporting import variants
 
-        out = variants.write_variants(args.dir, args.out)
+        out = variants.write_variants(args.dir, args.out, args.rounds or scorecard.ROUNDS)
     else:
         out = scorecard.write_scorecard(args.dir, args.out, data_dir=args.data_dir)
     print(out.read_text())
