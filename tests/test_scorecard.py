@@ -173,3 +173,34 @@ def test_variants_table_of_shorter_runs(tmp_path):
     assert "--variants --rounds 2`" in text and "R = 100's" in text and text.count("on 0/1 cells") == 2
     with pytest.raises(ValueError, match="R = 7"):
         variants.write_variants(tmp_path, tmp_path / "V7.md", rounds=7)
+
+
+def test_claims_under_each_variant(tmp_path):
+    """Paper academic: GCA 64.92 ahead of FedAvg 64.88. fedgca's GCA 64.92 is behind FedAvg's global peak
+    (65.40: the claim is not reproduced) and ahead of its pre-aggregation peak (64.87: reproduced)."""
+    from fedgca.reporting import variants
+
+    for seed, loc in ((100, 0.6486), (200, 0.6487), (300, 0.6488)):
+        _variant_run(tmp_path, seed, "keep", 0.6540, loc)
+        _summary(tmp_path, "academic", "gca", seed, 0.6492)
+    _summary(tmp_path, "adult", "gca", 100, 0.90)  # one seed only, and no baseline run: no claim on adult
+    claims = {c["evaluation"]: c for c in variants.claim_rows(tmp_path, variants.variant_rows(tmp_path))}
+    assert set(claims) == {"global", "local"}
+    assert claims["global"]["datasets"] == "academic" and claims["global"]["paper"] == "1/1 (academic)"
+    assert claims["global"]["fedgca"] == "0/1 (none)" and claims["global"]["status"] == "not reproduced"
+    assert claims["local"]["fedgca"] == "1/1 (academic)" and claims["local"]["status"] == "reproduced"
+    text = variants.write_variants(tmp_path).read_text()
+    assert "GCA-vs-baseline claims under each variant" in text and "| local | keep | train-quantile | FedAvg" in text
+
+
+def test_a_summary_that_is_not_a_runs_is_skipped_with_a_note(fixture_dir, caplog):
+    """A corrupt or foreign summary.json costs one warning naming it; the cells are built from the rest."""
+    (fixture_dir / "corrupt").mkdir()
+    (fixture_dir / "corrupt" / "summary.json").write_text('{"dataset": ')
+    (fixture_dir / "foreign").mkdir()
+    (fixture_dir / "foreign" / "summary.json").write_text('{"dataset": "academic", "method": "fedavg", "seed": 400}')
+    with caplog.at_level("WARNING"):
+        cell = {(r["dataset"], r["method"]): r for r in scorecard.build(fixture_dir)["table"]}
+    assert cell["academic", "fedavg"]["seeds"] == 3 and cell["academic", "gca"]["seeds"] == 3
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 2 and any("corrupt" in m for m in skipped) and any("foreign" in m for m in skipped)

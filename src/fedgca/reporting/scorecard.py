@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 from collections import defaultdict
 from importlib import resources
@@ -25,8 +26,10 @@ from pathlib import Path
 from fedgca import methods
 from fedgca.config import DATASET_PRESETS
 from fedgca.reporting import tables
-from fedgca.reporting.groups import k_star_of
+from fedgca.reporting.groups import k_star_of, load_runs
 from fedgca.tabletext import dicts_csv, markdown
+
+log = logging.getLogger(__name__)
 
 TOLERANCE_PP = 1.0
 TOLERANCE_PP_BY_DATASET = {"magic": 1.5}
@@ -80,7 +83,7 @@ def _row_of_csv(r: dict) -> dict:
             **{f: float(r[f]) for f in HONEST_FIGURES if r.get(f) not in (None, "")}}
 
 
-def collect_runs(root, protocol: str = "paper") -> list[dict]:
+def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dict]:
     """One row per run under ``protocol`` (``protocol_of``) found under ``root`` (summaries first; a runs.csv
     adds the runs it alone holds). Protocol variants (issue #15's investigation) are not paper cells."""
     root = Path(root)
@@ -90,10 +93,16 @@ def collect_runs(root, protocol: str = "paper") -> list[dict]:
         return (r["dataset"], r["method"], r["seed"], r["rounds"], r["k"] if r["method"] == "gca" else None,
                 r["backend"], r["weights"], r["partition"], r["val_fraction"])
 
-    for s in tables.load_summaries(root):
+    runs, notes = load_runs(root)  # unreadable summaries are skipped there, with a note
+    for run in runs:
+        s = run.summary
         if protocol_of(s) != protocol:
             continue
-        r = _row_of_summary(s)
+        try:
+            r = _row_of_summary(s)
+        except (KeyError, TypeError, ValueError) as err:  # a summary.json that is not a run's
+            notes.append(f"skipped {run.path / 'summary.json'}: no {err}")
+            continue
         if key(r) not in seen:
             seen.add(key(r))
             rows.append(r)
@@ -105,6 +114,8 @@ def collect_runs(root, protocol: str = "paper") -> list[dict]:
             if key(r) not in seen:
                 seen.add(key(r))
                 rows.append(r)
+    for note in [] if quiet else notes:
+        log.warning("%s", note)
     return rows
 
 
@@ -219,7 +230,7 @@ def build(root, comm_rows: list[dict] | None = None) -> dict:
 def honest(root, paper: dict, cells: dict, order: list[str], datasets: list[str]) -> dict:
     """The same cells under the honest protocol (``protocol_of``), beside the paper's and fedgca's paper-protocol
     figures, and the paper's GCA-vs-baseline claims re-checked on the honest accuracy and AUROC."""
-    rows = collect_runs(root, "honest")
+    rows = collect_runs(root, "honest", quiet=True)  # build() has said what it skipped
     figs = {f: fedgca_cells(rows, f) for f in HONEST_FIGURES}
     table = []
     for d in datasets:
@@ -240,17 +251,18 @@ def honest(root, paper: dict, cells: dict, order: list[str], datasets: list[str]
             continue
         p_means = {k: v[0] for k, v in paper.items()}
         row = {"claim": f"GCA vs {methods.get(b).label}", "datasets": ", ".join(both),
-               "paper": f"{len(_wins(p_means, both, 'gca', b))}/{len(both)}"}
+               "paper": f"{len(wins(p_means, both, 'gca', b))}/{len(both)}"}
         for f in ("selected_accuracy", "selected_auroc"):
             means = {k: v["mean"] for k, v in figs[f].items()}
-            row[f] = f"{len(_wins(means, both, 'gca', b))}/{len(both)}"
+            row[f] = f"{len(wins(means, both, 'gca', b))}/{len(both)}"
         row["survives"] = "yes" if row["paper"] == row["selected_accuracy"] else "no"
         checks.append(row)
     vf = sorted({r["val_fraction"] for r in rows})
     return {"honest": table, "honest_claims": checks, "honest_val_fraction": vf}
 
 
-def _wins(source: dict, datasets, a: str, b: str) -> list[str]:
+def wins(source: dict, datasets, a: str, b: str) -> list[str]:
+    """The datasets on which method ``a``'s mean is above ``b``'s in ``source`` ({(dataset, method): mean})."""
     return [d for d in datasets if (d, a) in source and (d, b) in source and source[(d, a)] > source[(d, b)]]
 
 
@@ -263,13 +275,13 @@ def claims(paper: dict, cells: dict, attacks: dict, paper_comm: list[dict], comm
     all_ds = sorted({d for d, _ in paper}, key=tables.dataset_rank)
     for b in BASELINES:
         both = [d for d in ran if (d, b) in cells]
-        paper_all = _wins(p_means, all_ds, "gca", b)
+        paper_all = wins(p_means, all_ds, "gca", b)
         if not both:
             out.append({"claim": f"GCA vs {methods.get(b).label}: the paper has GCA ahead on {len(paper_all)} of "
                                  f"{len(all_ds)} datasets", "paper": f"{len(paper_all)}/{len(all_ds)}",
                         "fedgca": "—", "status": "not run"})
             continue
-        pw, fw = _wins(p_means, both, "gca", b), _wins(f_means, both, "gca", b)
+        pw, fw = wins(p_means, both, "gca", b), wins(f_means, both, "gca", b)
         status = "reproduced" if pw == fw else "not reproduced"
         out.append({"claim": f"GCA vs {methods.get(b).label}: the paper has GCA ahead on {len(paper_all)} of "
                              f"{len(all_ds)} datasets", "paper": f"{len(pw)}/{len(both)} on the datasets run here "

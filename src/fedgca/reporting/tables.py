@@ -1,9 +1,6 @@
 """Collect run summaries and render the paper-layout tables (Markdown, CSV, LaTeX)."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
 from fedgca import methods
@@ -18,11 +15,6 @@ def dataset_rank(d: str):
     """Datasets in SPEC's order (the presets table), unknown ones after them."""
     order = tuple(DATASET_PRESETS)
     return (order.index(d), d) if d in order else (len(order), d)
-
-
-def load_summaries(root) -> list[dict]:
-    """Every summary.json under ``root`` (one per finished run)."""
-    return [json.loads(p.read_text()) for p in sorted(Path(root).rglob("summary.json"))]
 
 
 def mean_std(values) -> tuple[float, float, int]:
