@@ -204,3 +204,30 @@ def test_a_summary_that_is_not_a_runs_is_skipped_with_a_note(fixture_dir, caplog
     assert cell["academic", "fedavg"]["seeds"] == 3 and cell["academic", "gca"]["seeds"] == 3
     skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert len(skipped) == 2 and any("corrupt" in m for m in skipped) and any("foreign" in m for m in skipped)
+
+
+def test_config_json_decides_the_protocol_of_a_summary_that_omits_it(fixture_dir, caplog):
+    """The first variant runs' summaries name no baseline_eval; their config.json does. Such a run is not a paper
+    cell, and a run met twice with different figures is used once and named."""
+    from fedgca.reporting import tables
+    from fedgca.reporting.groups import load_runs
+
+    d = fixture_dir / "0-old-variant"  # met first: path order
+    d.mkdir()
+    res = {"accuracy": 0.10, "auroc": 0.7, "auprc": 0.7}
+    (d / "summary.json").write_text(json.dumps({
+        "dataset": "academic", "method": "fedavg", "seed": 300, "rounds": 100, "k": 10, "partition": "iid",
+        "peak": res, "final": res, "selected": res, "wall_seconds": 1.0}))
+    (d / "config.json").write_text(json.dumps({"dataset": "academic", "method": "fedavg", "seed": 300,
+                                               "baseline_eval": "local"}))
+    (fixture_dir / "copy").mkdir()
+    (fixture_dir / "copy" / "runs.csv").write_text(  # the same academic GCA seed-100 run, another figure
+        "dataset,method,seed,rounds,k,backend,weights,partition,peak_accuracy\n"
+        "academic,gca,100,100,10,gmm,inverse,iid,0.5\n")
+    with caplog.at_level("WARNING"):
+        cell = {(r["dataset"], r["method"]): r for r in scorecard.build(fixture_dir)["table"]}
+    assert cell["academic", "fedavg"]["fedgca_mean"] == pytest.approx(66.50)  # not pulled down by the 10 %
+    assert cell["academic", "gca"]["fedgca_mean"] == pytest.approx(64.92)  # the summary, met first
+    assert any("copy/runs.csv, line 2 repeats" in r.getMessage() for r in caplog.records)
+    run = next(r for r in load_runs(fixture_dir)[0] if r.path == d)
+    assert ",local,keep," in tables.raw_csv([run.record]).splitlines()[1]  # runs.csv names what the summary omits

@@ -55,6 +55,12 @@ class Run:
     def key(self) -> str:
         return self.config.key()
 
+    @property
+    def record(self) -> dict:
+        """The summary with the run's config over it. config.json is the authority: a summary written before a
+        field existed lacks it (the first protocol-variant runs' summaries name no baseline_eval)."""
+        return {**self.summary, **dataclasses.asdict(self.config)}
+
 
 def _config_of(summary: dict, run_path: Path) -> RunConfig:
     from fedgca.experiments.sweep import canonical

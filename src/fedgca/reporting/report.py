@@ -339,7 +339,7 @@ def write_report(root, out=None, plots: bool = True) -> dict[str, Path]:
         (out / f"{t.id}.csv").write_text(csv_table(t))
         index.append({"file": f"{t.id}.csv", "protocol": t.protocol, "caption": t.caption()})
     (out / "cells.csv").write_text(tidy_cells(all_tables))
-    (out / "runs.csv").write_text(tables.raw_csv([r.summary for r in data["runs"]]))
+    (out / "runs.csv").write_text(tables.raw_csv([r.record for r in data["runs"]]))
     _write_dicts(out / "curves.csv", data["curves"], ["dataset", "partition", "method", "round", "mean", "std", "n"])
     if data["comm_rows"]:
         from fedgca.experiments import comm

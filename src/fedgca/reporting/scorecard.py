@@ -84,18 +84,33 @@ def _row_of_csv(r: dict) -> dict:
 
 
 def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dict]:
-    """One row per run under ``protocol`` (``protocol_of``) found under ``root`` (summaries first; a runs.csv
-    adds the runs it alone holds). Protocol variants (issue #15's investigation) are not paper cells."""
+    """One row per run of a method the paper tabulates, under ``protocol`` (``protocol_of``), found under ``root``
+    (summaries first, in path order;
+    a runs.csv adds the runs it alone holds). Protocol variants (issue #15's investigation) are not paper cells.
+    A run met twice with different figures (two code versions of one config) is used once, the first, and
+    named in a warning; unreadable summaries and rows are skipped with one."""
     root = Path(root)
-    rows, seen = [], set()
+    rows, first = [], {}
+    tabulated = {m for _, m in paper_tables()[0]}  # e.g. not DP-GCA, whose runs.csv rows omit their ε
 
     def key(r):
         return (r["dataset"], r["method"], r["seed"], r["rounds"], r["k"] if r["method"] == "gca" else None,
                 r["backend"], r["weights"], r["partition"], r["val_fraction"])
 
+    def add(r, source):
+        if r["method"] not in tabulated:
+            return
+        k = key(r)
+        if k not in first:
+            first[k] = (source, r["peak_accuracy"])
+            rows.append(r)
+        elif r["peak_accuracy"] != first[k][1]:
+            notes.append(f"{source} repeats {first[k][0]} with another peak accuracy ({100 * r['peak_accuracy']:.3f} "
+                         f"against {100 * first[k][1]:.3f} %): the first is used")
+
     runs, notes = load_runs(root)  # unreadable summaries are skipped there, with a note
     for run in runs:
-        s = run.summary
+        s = run.record
         if protocol_of(s) != protocol:
             continue
         try:
@@ -103,17 +118,17 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dic
         except (KeyError, TypeError, ValueError) as err:  # a summary.json that is not a run's
             notes.append(f"skipped {run.path / 'summary.json'}: no {err}")
             continue
-        if key(r) not in seen:
-            seen.add(key(r))
-            rows.append(r)
+        add(r, run.path.relative_to(root).as_posix())
     for path in sorted(root.rglob("runs.csv")):
-        for raw in csv.DictReader(path.open()):
+        for line, raw in enumerate(csv.DictReader(path.open()), start=2):
             if protocol_of(raw) != protocol:
                 continue
-            r = _row_of_csv(raw)
-            if key(r) not in seen:
-                seen.add(key(r))
-                rows.append(r)
+            try:
+                r = _row_of_csv(raw)
+            except (KeyError, TypeError, ValueError) as err:
+                notes.append(f"skipped {path}, line {line}: {err}")
+                continue
+            add(r, f"{path.relative_to(root).as_posix()}, line {line}")
     for note in [] if quiet else notes:
         log.warning("%s", note)
     return rows
