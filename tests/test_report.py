@@ -276,3 +276,17 @@ def test_runs_csv_names_the_commit_of_each_run():
     rows = list(csv.DictReader(io.StringIO(tables.raw_csv(
         [{**base, "code": {"git": "55e5a27abc"}}, base]))))  # the second predates the summary's `code` field
     assert [r["code"] for r in rows] == ["55e5a27abc", ""]
+
+
+def test_runs_csv_names_the_privacy_a_dp_run_spent():
+    from fedgca.reporting import tables
+
+    base = {"dataset": "magic", "seed": 100, "rounds": 1, "wall_seconds": 1.0,
+            **{p: {m: 0.5 for m in tables.DETECTION} for p in ("peak", "final", "selected")}}
+    user = {"epsilon": 4.2, "delta": 1e-5, "noise_multiplier": 0.05, "clip": 1.0}  # DP-FedAvg's block
+    record = {"epsilon": 2.0, "delta": 1e-5, "grad_sigma": 89.0, "code_sigma": 89.0}  # DP-GCA's
+    rows = list(csv.DictReader(io.StringIO(tables.raw_csv(
+        [{**base, "method": "dpfedavg", "dp": user}, {**base, "method": "dpgca", "dp": record},
+         {**base, "method": "gca"}]))))
+    got = [[r[c] for c in ("dp_epsilon", "dp_delta", "dp_sigma", "dp_code_sigma")] for r in rows]
+    assert got == [["4.2", "1e-05", "0.05", ""], ["2.0", "1e-05", "89.0", "89.0"], ["", "", "", ""]]

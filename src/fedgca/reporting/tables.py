@@ -69,12 +69,23 @@ def paper_protocol(row: dict) -> bool:
     return all((float(value(k)) == v) if isinstance(v, float) else (value(k) == v) for k, v in PROTOCOL_DEFAULTS.items())
 
 
+# runs.csv's privacy columns ← summary.json's ``dp`` block (DP-FedAvg: user-level ε of its noise multiplier;
+# DP-GCA / DP-SGD-FedAvg: record-level ε, σ_g and σ_z); empty for a run without one.
+DP_COLUMNS = {"dp_epsilon": ("epsilon",), "dp_delta": ("delta",), "dp_sigma": ("noise_multiplier", "grad_sigma"),
+              "dp_code_sigma": ("code_sigma",)}
+
+
+def _dp_cells(summary: dict) -> list:
+    dp = summary.get("dp") or {}
+    return [next((dp[k] for k in keys if dp.get(k) is not None), None) for keys in DP_COLUMNS.values()]
+
+
 def raw_csv(summaries: list[dict]) -> str:
-    """One line per run: the figures behind every table, and the commit that made the run (``code``: empty for
-    runs older than the summary's ``code`` field)."""
+    """One line per run: the figures behind every table, the privacy a DP run spent, and the commit that made the
+    run (``code``: empty for runs older than the summary's ``code`` field)."""
     fields = ["dataset", "method", "seed", "rounds", "k", "backend", "weights", "partition", *PROTOCOL_DEFAULTS]
     metrics = [f"{p}_{m}" for p in ("peak", "final", "selected") for m in DETECTION]
-    body = [[s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected")
-                                          for m in DETECTION] + [s["wall_seconds"], (s.get("code") or {}).get("git")]
+    body = [[s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected") for m in DETECTION]
+            + _dp_cells(s) + [s["wall_seconds"], (s.get("code") or {}).get("git")]
             for s in summaries]
-    return csv_text(fields + metrics + ["wall_seconds", "code"], body)
+    return csv_text(fields + metrics + [*DP_COLUMNS, "wall_seconds", "code"], body)
