@@ -231,3 +231,21 @@ def test_config_json_decides_the_protocol_of_a_summary_that_omits_it(fixture_dir
     assert any("copy/runs.csv, line 2 repeats" in r.getMessage() for r in caplog.records)
     run = next(r for r in load_runs(fixture_dir)[0] if r.path == d)
     assert ",local,keep," in tables.raw_csv([run.record]).splitlines()[1]  # runs.csv names what the summary omits
+
+
+def test_a_run_that_names_its_commit_is_used_over_an_older_copy_of_it(fixture_dir, caplog):
+    """The same config and seed from two code versions: the copy whose commit is recorded (today's code) is the
+    cell's, whichever is met first; without commits on either side, the first met."""
+    (fixture_dir / "zz-newer").mkdir()  # met after the fixture's summaries (path order)
+    (fixture_dir / "zz-newer" / "runs.csv").write_text(
+        "dataset,method,seed,rounds,k,backend,weights,partition,peak_accuracy,code\n"
+        "academic,gca,100,100,10,gmm,inverse,iid,0.5,55e5a27abc\n")
+    with caplog.at_level("WARNING"):
+        cell = {(r["dataset"], r["method"]): r for r in scorecard.build(fixture_dir)["table"]}
+    rows = scorecard.collect_runs(fixture_dir, quiet=True)
+    (gca100,) = [r for r in rows if (r["dataset"], r["method"], r["seed"], r["k"], r["partition"])
+                 == ("academic", "gca", 100, 10, "iid")]
+    assert gca100["peak_accuracy"] == 0.5 and gca100["code"] == "55e5a27abc"
+    assert cell["academic", "gca"]["seeds"] == 3
+    assert any("zz-newer/runs.csv, line 2 repeats" in m and "names its commit (55e5a27)" in m
+               for m in (r.getMessage() for r in caplog.records))

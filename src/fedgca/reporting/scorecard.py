@@ -70,6 +70,7 @@ def _row_of_summary(s: dict) -> dict:
             "k": s.get("k"), "backend": s.get("backend", "gmm"), "weights": s.get("weights", "inverse"),
             "partition": s.get("partition", "iid"), "peak_accuracy": float(s["peak"]["accuracy"]),
             "protocol": protocol_of(s), "val_fraction": float(s.get("val_fraction") or 0),
+            "code": (s.get("code") or {}).get("git") or None,
             **{f: float(s[f.split("_")[0]][f.split("_")[1]]) for f in HONEST_FIGURES
                if f.split("_")[0] in s}}
 
@@ -79,7 +80,7 @@ def _row_of_csv(r: dict) -> dict:
             "k": int(r["k"]) if r.get("k") not in (None, "", "None") else None, "backend": r.get("backend", "gmm"),
             "weights": r.get("weights", "inverse"), "partition": r.get("partition", "iid"),
             "peak_accuracy": float(r["peak_accuracy"]), "protocol": protocol_of(r),
-            "val_fraction": float(r.get("val_fraction") or 0),
+            "val_fraction": float(r.get("val_fraction") or 0), "code": r.get("code") or None,
             **{f: float(r[f]) for f in HONEST_FIGURES if r.get(f) not in (None, "")}}
 
 
@@ -87,8 +88,9 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dic
     """One row per run of a method the paper tabulates, under ``protocol`` (``protocol_of``), found under ``root``
     (summaries first, in path order;
     a runs.csv adds the runs it alone holds). Protocol variants (issue #15's investigation) are not paper cells.
-    A run met twice with different figures (two code versions of one config) is used once, the first, and
-    named in a warning; unreadable summaries and rows are skipped with one."""
+    A run met twice with different figures (two code versions of one config) is used once and named in a
+    warning: the one that names its commit over one from before runs recorded it, else the first met;
+    unreadable summaries and rows are skipped with one."""
     root = Path(root)
     rows, first = [], {}
     tabulated = {m for _, m in paper_tables()[0]}  # e.g. not DP-GCA, whose runs.csv rows omit their ε
@@ -102,11 +104,22 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dic
             return
         k = key(r)
         if k not in first:
-            first[k] = (source, r["peak_accuracy"])
+            first[k] = (source, len(rows))
             rows.append(r)
-        elif r["peak_accuracy"] != first[k][1]:
-            notes.append(f"{source} repeats {first[k][0]} with another peak accuracy ({100 * r['peak_accuracy']:.3f} "
-                         f"against {100 * first[k][1]:.3f} %): the first is used")
+            return
+        (seen, i), old = first[k], rows[first[k][1]]
+        if r["peak_accuracy"] == old["peak_accuracy"]:
+            return
+        newer = bool(r["code"]) and not old["code"]  # provenance known beats unknown (older code)
+        figures = f"{100 * r['peak_accuracy']:.4f} against {100 * old['peak_accuracy']:.4f} %"
+        if newer:
+            first[k], rows[i] = (source, i), r
+            notes.append(f"{source} repeats {seen} with another peak accuracy ({figures}): it is used, since it "
+                         f"names its commit ({r['code'][:7]}) and the other does not")
+        else:
+            notes.append(f"{source} repeats {seen} with another peak accuracy ({figures}): the "
+                         + ("first" if bool(old["code"]) == bool(r["code"]) else "one that names its commit")
+                         + " is used")
 
     runs, notes = load_runs(root)  # unreadable summaries are skipped there, with a note
     for run in runs:
