@@ -41,6 +41,7 @@ def test_gca_run_writes_every_output(tmp_path, data_dir):
     assert len(list((tmp_path / "clients").iterdir())) == 10
     assert s["selected"]["rule"].startswith("final round")
     assert s["code"]["torch"] == torch.__version__ and s["code"]["fedgca"]
+    assert s["code"]["cpu"] == torch.backends.cpu.get_cpu_capability()  # the kernels' float order
 
 
 def test_code_version_names_the_commit_of_a_checkout():

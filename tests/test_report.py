@@ -274,8 +274,8 @@ def test_runs_csv_names_the_commit_of_each_run():
     base = {"dataset": "academic", "method": "gca", "seed": 100, "rounds": 1, "wall_seconds": 1.0,
             **{p: {m: 0.5 for m in tables.DETECTION} for p in ("peak", "final", "selected")}}
     rows = list(csv.DictReader(io.StringIO(tables.raw_csv(
-        [{**base, "code": {"git": "55e5a27abc"}}, base]))))  # the second predates the summary's `code` field
-    assert [r["code"] for r in rows] == ["55e5a27abc", ""]
+        [{**base, "code": {"git": "55e5a27abc", "cpu": "AVX512"}}, base]))))  # the second predates `code`
+    assert [(r["code"], r["cpu"]) for r in rows] == [("55e5a27abc", "AVX512"), ("", "")]
 
 
 def test_runs_csv_names_the_privacy_a_dp_run_spent():

@@ -11,8 +11,13 @@ import torch
 
 @functools.cache
 def code_version() -> dict:
-    """``{"fedgca", "torch", "git"}``; git is the commit (with ``-dirty`` for uncommitted changes) or None."""
-    return {"fedgca": _package_version(), "torch": torch.__version__, "git": _git_commit(Path(__file__).parent)}
+    """``{"fedgca", "torch", "git", "cpu"}``; git is the commit (with ``-dirty`` for uncommitted changes) or None.
+
+    cpu is torch's CPU kernel family (e.g. "AVX2", "AVX512"). The same code and seed give bit-identical numbers
+    on one machine, not across machines: magic GCA R = 3's metrics.csv differs between an earlier session's
+    machine and an AVX512 one at the same commit. A run names the family it ran on, the likeliest cause."""
+    return {"fedgca": _package_version(), "torch": torch.__version__, "git": _git_commit(Path(__file__).parent),
+            "cpu": torch.backends.cpu.get_cpu_capability()}
 
 
 def _package_version() -> str | None:

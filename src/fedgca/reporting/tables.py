@@ -81,11 +81,11 @@ def _dp_cells(summary: dict) -> list:
 
 
 def raw_csv(summaries: list[dict]) -> str:
-    """One line per run: the figures behind every table, the privacy a DP run spent, and the commit that made the
-    run (``code``: empty for runs older than the summary's ``code`` field)."""
+    """One line per run: the figures behind every table, the privacy a DP run spent, the commit that made the run
+    and the CPU kernel family it ran on (``code`` / ``cpu``: empty for runs older than those summary fields)."""
     fields = ["dataset", "method", "seed", "rounds", "k", "backend", "weights", "partition", *PROTOCOL_DEFAULTS]
     metrics = [f"{p}_{m}" for p in ("peak", "final", "selected") for m in DETECTION]
     body = [[s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected") for m in DETECTION]
-            + _dp_cells(s) + [s["wall_seconds"], (s.get("code") or {}).get("git")]
+            + _dp_cells(s) + [s["wall_seconds"], (s.get("code") or {}).get("git"), (s.get("code") or {}).get("cpu")]
             for s in summaries]
-    return csv_text(fields + metrics + [*DP_COLUMNS, "wall_seconds", "code"], body)
+    return csv_text(fields + metrics + [*DP_COLUMNS, "wall_seconds", "code", "cpu"], body)
