@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sklearn
 import torch
 
 from fedgca import provenance
@@ -42,6 +43,7 @@ def test_gca_run_writes_every_output(tmp_path, data_dir):
     assert s["selected"]["rule"].startswith("final round")
     assert s["code"]["torch"] == torch.__version__ and s["code"]["fedgca"]
     assert s["code"]["cpu"] == torch.backends.cpu.get_cpu_capability()  # the kernels' float order
+    assert s["code"]["numpy"] == np.__version__ and s["code"]["scikit-learn"] == sklearn.__version__
 
 
 def test_code_version_names_the_commit_of_a_checkout():

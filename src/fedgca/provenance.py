@@ -11,18 +11,21 @@ import torch
 
 @functools.cache
 def code_version() -> dict:
-    """``{"fedgca", "torch", "git", "cpu"}``; git is the commit (with ``-dirty`` for uncommitted changes) or None.
+    """``{"fedgca", "torch", "numpy", "scipy", "scikit-learn", "git", "cpu"}``: the versions of what computes a
+    result; git is the commit (with ``-dirty`` for uncommitted changes) or None; cpu is torch's CPU kernel family
+    (e.g. "AVX2", "AVX512").
 
-    cpu is torch's CPU kernel family (e.g. "AVX2", "AVX512"). The same code and seed give bit-identical numbers
-    on one machine, not across machines: magic GCA R = 3's metrics.csv differs between an earlier session's
-    machine and an AVX512 one at the same commit. A run names the family it ran on, the likeliest cause."""
-    return {"fedgca": _package_version(), "torch": torch.__version__, "git": _git_commit(Path(__file__).parent),
-            "cpu": torch.backends.cpu.get_cpu_capability()}
+    The same code and seed give bit-identical numbers on one machine, not necessarily across machines: magic
+    GCA R = 3's metrics.csv differed between two machines at the same commit, the second AVX512 with freshly
+    installed libraries. Either can move the last bits, so a run names both."""
+    return {"fedgca": _package_version("fedgca"), "torch": torch.__version__,
+            **{name: _package_version(name) for name in ("numpy", "scipy", "scikit-learn")},
+            "git": _git_commit(Path(__file__).parent), "cpu": torch.backends.cpu.get_cpu_capability()}
 
 
-def _package_version() -> str | None:
+def _package_version(name: str) -> str | None:
     try:
-        return metadata.version("fedgca")
+        return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
 
