@@ -229,6 +229,7 @@ def test_tiny_real_run_end_to_end(tmp_path, data_dir):
     assert "academic: 1 run(s)' recorded per-round bytes agree." in mib.caption()
     inputs = _table(data, "comm_inputs")
     assert inputs.grid() == [["academic", "10", "390", "16", "46,758"]]
+    assert "one run's shards: academic IID)" in inputs.caption()  # which partition's shards U counts
     assert (paths["dir"] / "curves_iid_academic.png").exists()
 
 

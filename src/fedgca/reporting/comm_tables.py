@@ -19,12 +19,13 @@ def comm_tables(runs: list[Run]) -> tuple[list[Table], list[dict], list[str]]:
     by_ds: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_ds[r.config.dataset].append(r)
-    rows, checks = [], []
+    rows, checks, shards = [], [], {}
     for ds in sorted(by_ds, key=tables.dataset_rank):
         # the reference run: IID, no validation split, GCA first (its ρ is the one that matters)
         rs = sorted(by_ds[ds], key=lambda r: (r.config.partition != "iid", r.config.val_fraction != 0,
                                               r.config.method != "gca", r.config.seed))
         ref = rs[0]
+        shards[ds] = "IID" if ref.config.partition == "iid" else f"{ref.config.partition} α={ref.config.alpha:g}"
         try:
             built = comm.measure(comm.run_inputs(ref.summary))
         except (KeyError, TypeError, ValueError) as err:
@@ -35,9 +36,10 @@ def comm_tables(runs: list[Run]) -> tuple[list[Table], list[dict], list[str]]:
     if not rows:
         return [], [], checks
     (ih, ib), (mh, mb) = comm.grids(rows)
-    t_in = Table("comm_inputs", "Communication inputs: C clients, U codes uploaded per round (Σ⌊ρ·N_i⌋ over the "
-                 "run's IID shards), latent width D_z and model parameters P. Protocol: per round, full "
-                 "participation, from the payloads the code builds", "comm", ih, ib)
+    t_in = Table("comm_inputs", "Communication inputs: C clients, U codes uploaded per round (Σ⌊ρ·N_i⌋ over one "
+                 "run's shards: " + ", ".join(f"{ds} {shards[ds]}" for ds in shards)
+                 + "), latent width D_z and model parameters P. Protocol: per round, full participation, from the "
+                 "payloads the code builds", "comm", ih, ib)
     t_mib = Table("comm_mib", "Per-round communication in MiB (2^20 bytes, FP32) for K ∈ {10, 20, 40, 80}: GCA "
                   "up = 4·U·D_z, down = 4·C·K·(D_z+1); FL (FedAvg/FedProx/FedNova/DP-FedAvg) up = down = 4·C·P; "
                   "reduction = 1 − GCA total / FL total. Protocol: per round, full participation, measured from "
