@@ -143,6 +143,40 @@ def test_longest_first_starts_the_largest_predicted_run_first(tmp_path, data_dir
 
 
 @pytest.mark.slow
+def test_sigterm_after_the_last_run_leaves_no_worker_and_no_traceback(tmp_path, data_dir):
+    """The pool replaces each worker after its run, so when the last run finishes replacements are still
+    starting. A SIGTERM then used to orphan them: each died later with a SemLock traceback."""
+    spec = tmp_path / "end.toml"
+    spec.write_text("[base]\nrounds = 1\n[grid]\ndataset = \"academic\"\nmethod = \"single\"\nseed = [1, 2]\n")
+    root = tmp_path / "sweep"
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "fedgca.cli.main", "sweep", str(spec), "--out", str(root),
+                                 "--data-dir", str(data_dir), "--workers", "2"],
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL, stderr=err_file)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((root / sweep.LEDGER).exists()
+                   and [e["event"] for e in _events(root)].count("finished") == 2):
+            assert time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.02)
+        children = descendants([proc.pid])
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(3)  # an orphaned replacement worker needs a moment to fail
+    err = err_path.read_text()
+    assert "Traceback" not in err, err
+    # 143: stopped with its one line; 0: the signal came after the sweep was done; -15: after run_sweep had
+    # returned and restored the default SIGTERM action (its closing line already printed)
+    assert proc.returncode in (0, 143) or (proc.returncode == -signal.SIGTERM and "2 finished now" in err), err
+    assert not [p for p in children if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"], "workers left running"
+
+
+@pytest.mark.slow
 def test_killed_sweep_resumes_with_each_run_exactly_once(tmp_path, data_dir):
     """SIGTERM a real `fedgca sweep` after its first run finishes (one clear line, workers stopped, nothing
     leaked), SIGKILL the restart after its next; a third start completes every run once."""

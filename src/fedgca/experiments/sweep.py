@@ -465,22 +465,24 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
             batch, n, isolated = [suspects.pop(0)], 1, True
         events_before = len(ledger.events())
         broken: list[RunConfig] = []
-        with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
-                                    initializer=_worker_init, initargs=(threads, verbose)) as pool:
-            try:
-                futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root),
-                                       None if data_dir is None else str(data_dir)): c for c in batch}
-                for fut in cf.as_completed(futures):
-                    cfg = futures[fut]
-                    try:
-                        res = fut.result()
-                    except cf.process.BrokenProcessPool:
-                        broken.append(cfg)
-                        continue
-                    _record(ledger, finished, result, cfg, root, len(todo), res)
-            except BaseException:
-                _stop_workers(pool)
-                raise
+        pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
+                                      initializer=_worker_init, initargs=(threads, verbose))
+        try:
+            futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root),
+                                   None if data_dir is None else str(data_dir)): c for c in batch}
+            for fut in cf.as_completed(futures):
+                cfg = futures[fut]
+                try:
+                    res = fut.result()
+                except cf.process.BrokenProcessPool:
+                    broken.append(cfg)
+                    continue
+                _record(ledger, finished, result, cfg, root, len(todo), res)
+        finally:
+            # Also when every run is done: the pool replaces each worker after its run, so replacements are
+            # still importing torch here. `shutdown(wait=True)` waited seconds for them, and a SIGTERM during
+            # that wait left them orphaned (each printed a SemLock traceback); stopping them now does neither.
+            _stop_workers(pool)
         started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
         if broken and not started:  # the pool broke before any run started: do not loop forever
             started = {c.key() for c in broken}
