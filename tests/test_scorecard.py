@@ -249,3 +249,21 @@ def test_a_run_that_names_its_commit_is_used_over_an_older_copy_of_it(fixture_di
     assert cell["academic", "gca"]["seeds"] == 3
     assert any("zz-newer/runs.csv, line 2 repeats" in m and "names its commit (55e5a27)" in m
                for m in (r.getMessage() for r in caplog.records))
+
+
+def test_what_has_been_run_counts_cells_whose_three_seeds_finished(fixture_dir):
+    """academic in the fixture: GCA K=10 and K=40 and FedAvg/Single at all three seeds; K=80 and non-IID FedAvg
+    at one seed, which does not count."""
+    for seed in (100, 200, 300):
+        _summary(fixture_dir, "academic", "gca", seed, 0.60, partition="dirichlet", k=20)
+    data = scorecard.build(fixture_dir)
+    cov = {r["dataset"]: r for r in data["coverage"]}
+    a = cov["academic"]
+    assert a["iid_table"] == "3/7 (missing Centralized, FedProx, FedNova, DP-FedAvg)"
+    assert a["k_sweep_gmm"] == "2/4 (missing K=20, K=80)"
+    assert a["weighting_ablation"] == "1/2 (missing uniform K=10)"
+    assert a["noniid_methods"] == "1/7 (missing Single-Client, Centralized, FedAvg, FedProx, FedNova, DP-FedAvg) " \
+                                  "(GCA at K = 20)"
+    assert a["noniid_k_sweep"] == "1/4 (missing K=10, K=40, K=80)"
+    assert cov["magic"]["iid_table"] == "0/7" and cov["magic"]["k_sweep_other_backends"].startswith("K-means 0/4")
+    assert "## What has been run" in scorecard.render(data, "fixture")
