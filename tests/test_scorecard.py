@@ -267,3 +267,19 @@ def test_what_has_been_run_counts_cells_whose_three_seeds_finished(fixture_dir):
     assert a["noniid_k_sweep"] == "1/4 (missing K=10, K=40, K=80)"
     assert cov["magic"]["iid_table"] == "0/7" and cov["magic"]["k_sweep_other_backends"].startswith("K-means 0/4")
     assert "## What has been run" in scorecard.render(data, "fixture")
+
+
+def test_many_repeats_between_two_files_are_one_warning(fixture_dir, caplog):
+    """A sweep re-run with newer code repeats dozens of runs: one line says how many and by how much, not one
+    line per run; three or fewer are still named one by one."""
+    (fixture_dir / "zz-rerun").mkdir()
+    rows = "".join(f"academic,{m},{seed},100,10,gmm,inverse,iid,{0.5 + seed / 1e4},abc1234\n"
+                   for m in ("gca", "fedavg") for seed in (100, 200, 300))
+    (fixture_dir / "zz-rerun" / "runs.csv").write_text(
+        "dataset,method,seed,rounds,k,backend,weights,partition,peak_accuracy,code\n" + rows)
+    with caplog.at_level("WARNING"):
+        scorecard.collect_runs(fixture_dir)
+    msgs = [r.getMessage() for r in caplog.records]
+    (summary,) = [m for m in msgs if "zz-rerun/runs.csv" in m]
+    assert summary.startswith("6 runs in zz-rerun/runs.csv repeat runs in the run directories under . ") \
+        and "by up to 15.50 pp" in summary, msgs

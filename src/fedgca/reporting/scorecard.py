@@ -21,7 +21,7 @@ import logging
 import math
 from collections import defaultdict
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from fedgca import methods
 from fedgca.config import BACKENDS, DATASET_PRESETS, K_GRID
@@ -114,14 +114,15 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dic
         figures = f"{100 * r['peak_accuracy']:.4f} against {100 * old['peak_accuracy']:.4f} %"
         if newer:
             first[k], rows[i] = (source, i), r
-            notes.append(f"{source} repeats {seen} with another peak accuracy ({figures}): it is used, since it "
-                         f"names its commit ({r['code'][:7]}) and the other does not")
+            outcome = f"it is used, since it names its commit ({r['code'][:7]}) and the other does not"
         else:
-            notes.append(f"{source} repeats {seen} with another peak accuracy ({figures}): the "
-                         + ("first" if bool(old["code"]) == bool(r["code"]) else "one that names its commit")
-                         + " is used")
+            outcome = "the " + ("first" if bool(old["code"]) == bool(r["code"]) else "one that names its commit") \
+                + " is used"
+        repeats.append((source, seen, outcome, abs(r["peak_accuracy"] - old["peak_accuracy"]),
+                        f"{source} repeats {seen} with another peak accuracy ({figures}): {outcome}"))
 
     runs, notes = load_runs(root)  # unreadable summaries are skipped there, with a note
+    repeats: list[tuple] = []
     for run in runs:
         s = run.record
         if protocol_of(s) != protocol:
@@ -142,9 +143,30 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dic
                 notes.append(f"skipped {path}, line {line}: {err}")
                 continue
             add(r, f"{path.relative_to(root).as_posix()}, line {line}")
-    for note in [] if quiet else notes:
+    for note in [] if quiet else notes + _summarise_repeats(repeats):
         log.warning("%s", note)
     return rows
+
+
+def _summarise_repeats(repeats: list[tuple]) -> list[str]:
+    """One line per repeated run, or, where more than three runs of one file repeat those of another with the same
+    outcome (a sweep re-run with newer code), one line for them all."""
+    def where(source: str) -> str:  # a runs.csv, or the folder of a run directory's summary.json
+        return source.split(", line")[0] if ", line" in source else \
+            f"the run directories under {PurePosixPath(source).parent.as_posix()}"
+
+    groups: dict = defaultdict(list)
+    for source, seen, outcome, diff, line in repeats:
+        groups[(where(source), where(seen), outcome.split(" (")[0])].append((diff, line))
+    out = []
+    for (source, seen, outcome), items in groups.items():
+        if len(items) <= 3:
+            out += [line for _, line in items]
+        else:
+            largest = max(items)
+            out.append(f"{len(items)} runs in {source} repeat runs in {seen} with other peak accuracies (by up to "
+                       f"{100 * largest[0]:.2f} pp; e.g. {largest[1]})")
+    return out
 
 
 def collect_attacks(root) -> dict[tuple[str, str], dict[str, list[float]]]:
