@@ -283,3 +283,38 @@ def test_many_repeats_between_two_files_are_one_warning(fixture_dir, caplog):
     (summary,) = [m for m in msgs if "zz-rerun/runs.csv" in m]
     assert summary.startswith("6 runs in zz-rerun/runs.csv repeat runs in the run directories under . ") \
         and "by up to 15.50 pp" in summary, msgs
+
+
+def test_between_two_named_commits_the_later_ones_copy_is_used(tmp_path, caplog):
+    """Two copies of one run, both naming their commit: where the scorecard's directory is in a git clone that has
+    both commits, the descendant's copy is used, in either path order; without that history, the first met."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "old")
+    old = git("rev-parse", "HEAD")
+    git("commit", "-q", "--allow-empty", "-m", "new")
+    new = git("rev-parse", "HEAD")
+    head = "dataset,method,seed,rounds,k,backend,weights,partition,peak_accuracy,code\n"
+    for first, second in ((old, new), (new, old)):
+        root = tmp_path / f"results-{first[:7]}"
+        for name, commit in (("a", first), ("b", second)):
+            peak = 0.7 if commit == new else 0.6
+            (root / name).mkdir(parents=True)
+            (root / name / "runs.csv").write_text(head + f"academic,fedavg,100,100,10,gmm,inverse,iid,{peak},{commit}\n")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            (row,) = scorecard.collect_runs(root)
+        assert row["code"] == new and row["peak_accuracy"] == 0.7
+        assert any(f"the one from the later commit ({new[:7]}, a descendant of {old[:7]}) is used" in r.getMessage()
+                   for r in caplog.records)
+    unrelated = tmp_path.parent / f"{tmp_path.name}-nogit"  # outside the clone: no history to order them by
+    for name, commit, peak in (("a", old, 0.6), ("b", new, 0.7)):
+        (unrelated / name).mkdir(parents=True)
+        (unrelated / name / "runs.csv").write_text(head + f"academic,fedavg,100,100,10,gmm,inverse,iid,{peak},{commit}\n")
+    (row,) = scorecard.collect_runs(unrelated, quiet=True)
+    assert row["code"] == old  # the first met (a/ before b/)

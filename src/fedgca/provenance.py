@@ -30,14 +30,32 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def _git_commit(where: Path) -> str | None:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
+def _git(where: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10,
+                          check=True).stdout.strip()
 
+
+@functools.cache
+def later_commit(a: str, b: str, where: Path) -> str | None:
+    """Of two commits a run recorded (``code.git``, maybe ``-dirty``), the one that descends from the other in the
+    repository at ``where``; None when they are the same commit, neither descends from the other, or git cannot
+    tell (no git, not a checkout, a commit this clone lacks)."""
+    a0, b0 = a.removesuffix("-dirty"), b.removesuffix("-dirty")
+    if a0 == b0:
+        return None
+    for older, newer in ((a0, b0), (b0, a0)):
+        try:
+            _git(where, "merge-base", "--is-ancestor", older, newer)
+        except (OSError, subprocess.SubprocessError):
+            continue  # exit 1: not an ancestor; other failures: cannot tell
+        return b if newer == b0 else a
+    return None
+
+
+def _git_commit(where: Path) -> str | None:
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--", "."))
+        commit = _git(where, "rev-parse", "HEAD")
+        dirty = bool(_git(where, "status", "--porcelain", "--", "."))
     except (OSError, subprocess.SubprocessError):
         return None  # not a checkout (installed from a wheel), or no git
     return commit + ("-dirty" if dirty else "")

@@ -23,7 +23,7 @@ from collections import defaultdict
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from fedgca import methods
+from fedgca import methods, provenance
 from fedgca.config import BACKENDS, DATASET_PRESETS, K_GRID
 from fedgca.reporting import tables
 from fedgca.reporting.groups import BACKEND_LABELS, k_star_of, load_runs
@@ -89,7 +89,8 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dic
     (summaries first, in path order;
     a runs.csv adds the runs it alone holds). Protocol variants (issue #15's investigation) are not paper cells.
     A run met twice with different figures (two code versions of one config) is used once and named in a
-    warning: the one that names its commit over one from before runs recorded it, else the first met;
+    warning: the copy from the later of two commits of one history (git ancestry, where ``root`` is in a clone
+    that has both), else the one that names its commit over one from before runs recorded it, else the first met;
     unreadable summaries and rows are skipped with one."""
     root = Path(root)
     rows, first = [], {}
@@ -110,9 +111,14 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dic
         (seen, i), old = first[k], rows[first[k][1]]
         if r["peak_accuracy"] == old["peak_accuracy"]:
             return
-        newer = bool(r["code"]) and not old["code"]  # provenance known beats unknown (older code)
         figures = f"{100 * r['peak_accuracy']:.4f} against {100 * old['peak_accuracy']:.4f} %"
-        if newer:
+        later = provenance.later_commit(old["code"], r["code"], root) if r["code"] and old["code"] else None
+        if later is not None:  # two commits of one history: the later code's copy
+            if later == r["code"]:
+                first[k], rows[i] = (source, i), r
+            outcome = (f"the one from the later commit ({later[:7]}, a descendant of "
+                       f"{(old['code'] if later == r['code'] else r['code'])[:7]}) is used")
+        elif bool(r["code"]) and not old["code"]:  # provenance known beats unknown (older code)
             first[k], rows[i] = (source, i), r
             outcome = f"it is used, since it names its commit ({r['code'][:7]}) and the other does not"
         else:
