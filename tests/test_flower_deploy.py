@@ -15,7 +15,7 @@ from flower_hooks import PAUSED_SERVER_APP
 
 from fedgca.config import RunConfig
 from fedgca.flower.config import to_run_config
-from fedgca.flower.deploy import LocalDeployment, descendants, write_app
+from fedgca.flower.deploy import LocalDeployment, descendants, running, write_app
 from fedgca.protocol.gca import upload_size
 from fedgca.simulation.runner import run
 
@@ -41,16 +41,8 @@ def _app(tmp_path, out, pause: float = 0.0, **opts):
                      server_app=server_app)
 
 
-def _alive(pids) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] != "Z":
-            alive.append(pid)
-    return alive
+def _alive_among(pids) -> list[int]:
+    return [p for p in pids if running(p)]
 
 
 def _lines(path: Path) -> list[dict]:
@@ -92,7 +84,7 @@ def deployed(tmp_path_factory, data_dir):
             victim_tree = [*victims, *descendants(victims)]
             seen.update(dep.live_pids())
             dep.kill_node(2)
-            after = _alive(victim_tree)
+            after = _alive_among(victim_tree)
             rc = runner.wait(timeout=500)
             seen.update(dep.live_pids())
     finally:
@@ -116,7 +108,7 @@ def test_deployment_runs_over_tls_and_cleans_up(deployed):
     assert dep.superlink.args[dep.superlink.args.index("--host") + 1] == "127.0.0.1"
     assert all(p.args[p.args.index("--superlink") + 1].startswith("127.0.0.1:") for p in nodes)
     assert len(deployed.seen) > 4  # SuperLink, SuperNodes and the processes Flower spawned
-    assert _alive(deployed.seen) == [], "processes left behind"
+    assert _alive_among(deployed.seen) == [], "processes left behind"
 
 
 def test_train_replies_hold_exactly_one_code_array(deployed):
@@ -198,4 +190,4 @@ def test_failed_start_leaves_no_process(tmp_path):
             pids = dep.live_pids()
             raise RuntimeError("test failure inside the deployment")
     time.sleep(0.5)
-    assert _alive(pids + [p.pid for p in dep._all]) == []
+    assert _alive_among(pids + [p.pid for p in dep._all]) == []

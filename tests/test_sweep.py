@@ -14,7 +14,7 @@ import pytest
 
 from fedgca.config import RunConfig
 from fedgca.experiments import sweep
-from fedgca.flower.deploy import descendants
+from fedgca.flower.deploy import descendants, running
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -172,8 +172,7 @@ def test_sigterm_after_the_last_run_leaves_no_worker_and_no_traceback(tmp_path, 
     # 143: stopped with its one line; 0: the signal came after the sweep was done; -15: after run_sweep had
     # returned and restored the default SIGTERM action (its closing line already printed)
     assert proc.returncode in (0, 143) or (proc.returncode == -signal.SIGTERM and "2 finished now" in err), err
-    assert not [p for p in children if Path(f"/proc/{p}").exists()
-                and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"], "workers left running"
+    assert not [p for p in children if running(p)], "workers left running"
 
 
 @pytest.mark.slow
@@ -218,8 +217,7 @@ def test_killed_sweep_resumes_with_each_run_exactly_once(tmp_path, data_dir):
     assert rc == 143 and re.search(r"stopped \(SIGTERM\) after [01] of 3 run\(s\) finished", err), err
     assert "run the same command again to resume" in err and "leaked" not in err and "Traceback" not in err, err
     time.sleep(0.5)
-    assert not [p for p in workers if Path(f"/proc/{p}").exists()
-                and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"], "workers left running"
+    assert not [p for p in workers if running(p)], "workers left running"
     assert [e["event"] for e in _events(root)].count("finished") == 1
     start_and_kill(signal.SIGKILL, 1)
     assert [e["event"] for e in _events(root)].count("finished") == 2

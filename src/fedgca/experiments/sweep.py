@@ -412,7 +412,8 @@ def _silence(thread) -> None:
 
 
 def _stop_workers(pool, grace: float = 30.0) -> None:
-    """Stop a pool's workers now; ``shutdown(wait=True)`` alone would wait for runs of an hour.
+    """Stop a pool's workers now: on a stop, ``shutdown(wait=True)`` would wait for runs of an hour; at a pool's
+    normal end, for replacement workers that have no run to do.
 
     The pool replaces a worker after each run (``max_tasks_per_child=1``), so a replacement may be
     starting while we stop the others: keep terminating every child until the pool's manager thread

@@ -194,7 +194,7 @@ def descendants(pids) -> list[int]:
     return out
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Alive and not a zombie (a zombie waits only for its parent to reap it)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -350,9 +350,9 @@ class LocalDeployment:
                     p.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
-        _kill([pid for pid in tree if _running(pid)], signal.SIGKILL)
+        _kill([pid for pid in tree if running(pid)], signal.SIGKILL)
         deadline = time.monotonic() + 10.0
-        while any(_running(pid) for pid in tree) and time.monotonic() < deadline:
+        while any(running(pid) for pid in tree) and time.monotonic() < deadline:
             time.sleep(0.05)
         for p in procs:
             log_file = getattr(p, "_fedgca_log", None)
