@@ -13,7 +13,8 @@ import pytest
 from fedgca.data import DataError, load_dataset, resolve_data_dir
 from fedgca.data import paths as paths_mod
 from fedgca.data.paths import REMOTE_FILES, RemoteFile, ensure_files
-from fedgca.data.tabular import TabularPreprocessor, load_tabular, read_raw
+from fedgca.data.presets import load_tabular, read_raw
+from fedgca.data.tabular import TabularPreprocessor
 
 # SPEC §4: input widths and the training sizes they imply.
 EXPECTED = {

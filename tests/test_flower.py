@@ -293,8 +293,8 @@ def test_own_data_preprocessing_equals_pooled_fit(tmp_path, data_dir):
 def test_own_data_schema_needs_category_lists(tmp_path):
     from fedgca.data.paths import DataError
 
-    with pytest.raises(DataError, match="categories"):
-        owndata.Schema.from_dict({"features": [{"name": "c", "type": "categorical"}]})
+    with pytest.raises(DataError, match="categories"):  # a federation's nodes need one shared encoding
+        owndata.require_category_lists(owndata.Schema.from_dict({"features": [{"name": "c", "type": "categorical"}]}))
     s = owndata.Schema.from_dict({"features": ["x", {"name": "c", "type": "categorical", "categories": ["b", "a"]}]})
     (tmp_path / "rows.csv").write_text("x,c\n1.5,a\n2.5,z\n3.0,b\n")
     X, y = owndata.read_rows(tmp_path / "rows.csv", s)

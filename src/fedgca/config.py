@@ -11,10 +11,12 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 from fedgca import methods
 from fedgca.data import VISION
+from fedgca.data.partition import SMALL_SITES
 from fedgca.protocol.fedprox import effective_coefficient
 
 # SPEC §4 table: (clients C, K*, upload fraction ρ) per dataset.
@@ -30,7 +32,7 @@ DATASET_PRESETS: dict[str, dict] = {
 METHODS = methods.names()  # the registry's, in the paper's table order
 BACKENDS = ("gmm", "kmeans", "softkmeans", "minibatch")
 WEIGHTINGS = ("inverse", "uniform")
-PARTITIONS = ("iid", "dirichlet")
+PARTITIONS = ("iid", "dirichlet", "natural")  # Flower Datasets' names: IID, Dirichlet, natural-id (one per site)
 BASELINE_EVALS = ("global", "local")
 OPTIMIZER_STATES = ("keep", "reset")
 THRESHOLDS = ("train-quantile", "val-quantile")
@@ -42,16 +44,18 @@ K_GRID = (10, 20, 40, 80)
 SEEDS = (100, 200, 300)
 
 
-def _opt(default, help: str, *, choices=None, preset: str | None = None):
-    """A RunConfig field with its CLI help (``preset``: what None stands for, e.g. the dataset's SPEC preset)."""
-    return field(default=default, metadata={"help": help, "choices": choices, "preset": preset})
+def _opt(default, help: str, *, choices=None, preset: str | None = None, derived: bool = False):
+    """A RunConfig field with its CLI help (``preset``: what None stands for, e.g. the dataset's SPEC preset;
+    ``derived``: set by fedgca from other input, never typed — no CLI option)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "preset": preset, "derived": derived})
 
 
 @dataclass
 class RunConfig:
     """Everything that determines a run's numbers (the data directory does not)."""
 
-    dataset: str = field(metadata={"help": "dataset", "choices": tuple(DATASET_PRESETS)})
+    dataset: str = field(metadata={"help": f"built-in dataset ({', '.join(DATASET_PRESETS)}) or own data's name "
+                                           "(set from --data)"})
     method: str = _opt("gca", "federated method", choices=METHODS)
     seed: int = _opt(100, "seed of every random draw (partition, init, batches, uploads, clustering)")
     rounds: int = _opt(100, "communication rounds R")
@@ -71,7 +75,9 @@ class RunConfig:
     gamma: float = _opt(1.0, "exponent γ ≥ 0 of the inverse-support weights")
     w_max: float = _opt(6.0, "cap w_max > 0 of the inverse-support weights")
     weight_eps: float = _opt(1e-6, "ε > 0 of the inverse-support weights")
-    partition: str = _opt("iid", "client partition", choices=PARTITIONS)
+    partition: str = _opt("iid", "client partition (natural: one client per site)", choices=PARTITIONS)
+    small_sites: str = _opt("error", "natural partition: a site with fewer training normals than one batch is an "
+                            "error, dropped, or merged with the other small sites into one client", choices=SMALL_SITES)
     alpha: float = _opt(0.1, "Dirichlet concentration α > 0 (--partition dirichlet)")
     quantile: float = _opt(0.75, "detection threshold: this quantile ∈ (0, 1) of a client's training scores")
     val_fraction: float = _opt(0.0, "validation split ∈ [0, 1) of each client's normals (honest 'selected' round)")
@@ -104,16 +110,35 @@ class RunConfig:
     dp_code_sigma: float = _opt(1.0, "DP-GCA code noise multiplier σ_z ≥ 0 (ignored with --target-epsilon)")
     target_epsilon: float | None = _opt(None, "record-level ε to calibrate σ_g = σ_z to, at --dp-delta",
                                         preset="use the σ's as given")
+    # Own data: the content's identity (data bytes, schema, test file), set when fedgca reads --data; no path.
+    data_digest: str | None = _opt(None, "own data's content digest (set from --data; resume checks it)",
+                                   preset="a built-in dataset", derived=True)
 
     def resolved(self) -> "RunConfig":
-        """Fill dataset presets and validate every field (ValueError naming the option)."""
-        _check_choice(self, "dataset")
-        preset = DATASET_PRESETS[self.dataset]
+        """Fill dataset presets and validate every field (ValueError naming the option).
+
+        Own data has no preset: its C, K and ρ are filled from the data where the run's data is
+        read (``fedgca.data.own.own_defaults``), so here they must already be set.
+        """
+        if self.dataset not in DATASET_PRESETS:
+            if not isinstance(self.dataset, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", self.dataset):
+                raise ValueError(f"--dataset: {self.dataset!r} is neither a built-in dataset "
+                                 f"({', '.join(DATASET_PRESETS)}) nor a plain name for own data")
+            if self.data_digest is None:
+                raise ValueError(f"unknown dataset {self.dataset!r}; choose from {', '.join(DATASET_PRESETS)}, "
+                                 "or give your own data with --data FILE (and --schema S.json)")
+            unset = [option_name(n) for n in ("clients", "k", "rho") if getattr(self, n) is None]
+            if unset:
+                raise ValueError(f"own data {self.dataset!r}: {', '.join(unset)} must be set (fedgca fills them from "
+                                 "the data when it reads --data)")
+            preset = {}
+        else:
+            preset = DATASET_PRESETS[self.dataset]
         cfg = dataclasses.replace(
             self,
-            clients=self.clients if self.clients is not None else preset["clients"],
-            k=self.k if self.k is not None else preset["k"],
-            rho=self.rho if self.rho is not None else preset["rho"],
+            clients=self.clients if self.clients is not None else preset.get("clients"),
+            k=self.k if self.k is not None else preset.get("k"),
+            rho=self.rho if self.rho is not None else preset.get("rho"),
         )
         if cfg.fedprox_coef is None and _is_number(cfg.fedprox_mu) and _is_number(cfg.batch_size) and cfg.batch_size:
             cfg = dataclasses.replace(cfg, fedprox_coef=effective_coefficient(cfg.fedprox_mu, cfg.batch_size))
@@ -133,6 +158,9 @@ class RunConfig:
         gca = methods.get(self.method).family == "gca"
         _check(self, "recon_epochs", int, lambda v: v >= (1 if gca else 0),
                "≥ 1 for GCA (the paper evaluates after every reconstruction epoch)" if gca else "≥ 0")
+        if self.partition == "natural" and self.clients == 1 and methods.get(self.method).family != "single-site":
+            raise ValueError(f"--partition natural gives one client (one site), and {self.method} is a federated "
+                             "method: it needs two sites or more (--method single or centralized train one site)")
         _check(self, "eval_align_epochs", bool, lambda v: True, "")
         if self.eval_align_clients != "all" and not self.eval_align_epochs:
             raise ValueError(f"--eval-align-clients {self.eval_align_clients} chooses whom --eval-align-epochs "
@@ -188,7 +216,8 @@ class RunConfig:
 # Options added after runs were committed, with the default that reproduces those runs.
 ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile",
                "dp_grad_clip": 1.0, "dp_grad_sigma": 1.0, "dp_code_clip": 1.0, "dp_code_sigma": 1.0,
-               "target_epsilon": None, "gmm_warm_start": False, "eval_align_clients": "all"}
+               "target_epsilon": None, "gmm_warm_start": False, "eval_align_clients": "all",
+               "small_sites": "error", "data_digest": None}
 
 
 def option_name(name: str) -> str:

@@ -9,6 +9,11 @@ scores — is ``contamination = 0.25`` (``quantile = 1 − contamination``). A
 detector saved by a run scores raw records of the dataset's own format with
 ``score_file``; its files are read without executing anything and checked
 against the run's manifest.
+
+Inputs: ``decision_function``/``predict`` take model-ready arrays (what the run trained on) or
+a pandas DataFrame of raw records with the data's columns, which goes through the detector's
+own schema and fitted preprocessor first (the same rules as training: imputation, category
+codes, the dropped columns, standardisation).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from fedgca.protocol.losses import reconstruction_per_row
 class AnomalyDetector:
     def __init__(self, model: torch.nn.Module, *, quantile: float = 0.75, contamination: float | None = None,
                  threshold: float | None = None, preprocessor=None, dataset: str | None = None,
-                 kind: str = "tabular", meta: dict | None = None):
+                 kind: str = "tabular", meta: dict | None = None, schema=None):
         if contamination is not None:
             if not 0 < contamination < 1:
                 raise ValueError(f"contamination must be in (0, 1), got {contamination!r}")
@@ -41,6 +46,7 @@ class AnomalyDetector:
         self.dataset = dataset
         self.kind = kind
         self.meta = meta or {}
+        self.schema = schema  # tabular: the fedgca.data.Schema raw records are read with
 
     @property
     def contamination(self) -> float:
@@ -51,10 +57,26 @@ class AnomalyDetector:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.meta["input_shape"])
 
+    def _inputs(self, X) -> np.ndarray:
+        """Model-ready inputs: a DataFrame of raw records goes through the schema and the preprocessor."""
+        if hasattr(X, "columns") and hasattr(X, "iloc"):  # a pandas DataFrame of raw records
+            from fedgca.data.table import table_from_frame
+
+            t = table_from_frame(X, self._schema(), where="the rows to score", require_label=False)
+            return self.preprocessor.transform(t.features)
+        return np.asarray(X)
+
+    def _schema(self):
+        if self.schema is None:
+            from fedgca.data.presets import schema
+
+            self.schema = schema(self.dataset)  # a detector saved before schemas were stored: a preset's
+        return self.schema
+
     @torch.no_grad()
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
-        """s(x) = ||x − T(x)||² for model-ready inputs."""
-        x = torch.as_tensor(np.asarray(X), dtype=torch.float32)
+    def decision_function(self, X) -> np.ndarray:
+        """s(x) = ||x − T(x)||² for model-ready inputs, or for a DataFrame of raw records."""
+        x = torch.as_tensor(self._inputs(X), dtype=torch.float32)
         out = [reconstruction_per_row(c, self.model(c), c.dim() - 1) for c in torch.split(x, 4096)]
         return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
 
@@ -65,7 +87,7 @@ class AnomalyDetector:
         self.labels_ = (self.decision_scores_ > self.threshold_).astype(np.int64)
         return self
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X) -> np.ndarray:
         return (self.decision_function(X) > self.threshold_).astype(np.int64)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
@@ -81,10 +103,10 @@ class AnomalyDetector:
         """Read a raw file (tabular: the dataset's format; vision: PNG dir or .npy) into model inputs."""
         path = Path(path)
         if self.kind == "tabular":
-            from fedgca.data.tabular import read_raw
+            from fedgca.data.table import read_file
 
-            features, _ = read_raw(self.dataset, path, require_label=False)
-            return self.preprocessor.transform(features)
+            table = read_file(path, self._schema(), require_label=False)
+            return self.preprocessor.transform(table.features)
         from fedgca.data.vision import read_images
 
         return read_images(path, self.input_shape)
@@ -102,7 +124,8 @@ class AnomalyDetector:
         rundir.save_tensors(d / MODEL, self.model.state_dict())
         doc = {"dataset": self.dataset, "kind": self.kind, "quantile": self.quantile,
                "threshold": self.threshold_, **self.meta,
-               "preprocessor": self.preprocessor.to_dict() if self.preprocessor is not None else None}
+               "preprocessor": self.preprocessor.to_dict() if self.preprocessor is not None else None,
+               "schema": self.schema.to_dict() if self.schema is not None else None}
         rundir.atomic_write_text(d / DOC, json.dumps(doc, indent=2))
         return [d / MODEL, d / DOC]
 
@@ -124,14 +147,19 @@ class AnomalyDetector:
                 raise
             raise rundir.RunFileError(f"{d}: not a fedgca detector ({type(err).__name__}: "
                                       f"{' '.join(str(err).split())[:160]})") from None
-        pre = None
+        pre = schema = None
         if doc.get("preprocessor") is not None:
             from fedgca.data.tabular import TabularPreprocessor
 
             pre = TabularPreprocessor.from_dict(doc["preprocessor"])
-        meta = {k: v for k, v in doc.items() if k not in ("dataset", "kind", "quantile", "threshold", "preprocessor")}
+        if doc.get("schema") is not None:
+            from fedgca.data.schema import Schema
+
+            schema = Schema.from_dict(doc["schema"], where=str(d / DOC))
+        meta = {k: v for k, v in doc.items()
+                if k not in ("dataset", "kind", "quantile", "threshold", "preprocessor", "schema")}
         return cls(model, quantile=doc["quantile"], threshold=doc["threshold"], preprocessor=pre,
-                   dataset=doc["dataset"], kind=doc["kind"], meta=meta)
+                   dataset=doc["dataset"], kind=doc["kind"], meta=meta, schema=schema)
 
 
 MODEL = "model.pt"
@@ -157,7 +185,7 @@ def save_client_detectors(run_dir, fed, method) -> list[str]:
         slot = min(i, clients.num_clients - 1)  # centralized: one model for everyone
         model = clients.client_model(slot, fed.template)
         det = AnomalyDetector(model, quantile=fed.cfg.quantile, preprocessor=fed.dataset.preprocessor,
-                              dataset=fed.cfg.dataset, kind=fed.dataset.kind,
+                              dataset=fed.cfg.dataset, kind=fed.dataset.kind, schema=fed.dataset.schema,
                               meta={"client": i, "method": fed.cfg.method, "round": fed.cfg.rounds,
                                     "input_shape": list(fed.dataset.input_shape),
                                     "threshold_rows": "validation" if fed.cfg.threshold == "val-quantile"

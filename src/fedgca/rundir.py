@@ -29,6 +29,7 @@ METRICS = "metrics.csv"
 CLIENT_METRICS = "metrics_clients.csv"
 COMM = "comm.json"
 SUMMARY = "summary.json"
+TEST_ROWS = "test_rows.csv"  # which rows of the data made the test set (tabular runs)
 MANIFEST = "manifest.json"
 CLIENTS = "clients"
 CLIENT_METRIC_FIELDS = ["round", "phase", "epoch", "client", *DETECTION]

@@ -18,12 +18,12 @@ def default_out(cfg: RunConfig) -> Path:
 def cmd_run(args) -> int:
     from fedgca.simulation.runner import run
 
-    cfg = config_from_args(args)
     if args.threads < 1:
         raise ValueError(f"--threads must be ≥ 1, got {args.threads}")
+    cfg, source, dataset = config_from_args(args, with_data=True)
     limit_threads(args.threads)
     out = Path(args.out) if args.out else default_out(cfg)
-    summary = run(cfg, out, data_dir=args.data_dir, resume=args.resume)
+    summary = run(cfg, out, data_dir=source or args.data_dir, resume=args.resume, dataset=dataset)
     brief = {k: summary[k] for k in ("dataset", "method", "seed", "rounds", "wall_seconds")}
     brief.update({p: {m: round(summary[p][m], 4) for m in ("accuracy", "auroc", "auprc")}
                   for p in ("final", "peak", "selected")})
@@ -60,7 +60,7 @@ def register_extra(sub) -> None:
     """Sub-commands contributed by other parts of the package (compare, attack, comm, sweep, report, flower)."""
     import importlib
 
-    for module in ("fedgca.cli.experiments", "fedgca.cli.attack", "fedgca.cli.flower"):
+    for module in ("fedgca.cli.experiments", "fedgca.cli.attack", "fedgca.cli.flower", "fedgca.cli.data"):
         try:
             importlib.import_module(module).register(sub)
         except ModuleNotFoundError as err:

@@ -17,15 +17,20 @@ def _csv(kind=str):
 
 def register(sub) -> None:
     from fedgca import methods
+    from fedgca.cli.options import add_data_options
     from fedgca.experiments.compare import DEFAULT_METHODS, DEFAULT_SEEDS
 
     p = sub.add_parser("compare", help="run GCA and the baselines over seeds and print the paper's tables")
-    p.add_argument("--dataset", required=True, type=_csv(), help="one dataset or a comma-separated list")
+    add_data_options(p, dataset_help="built-in dataset(s), comma-separated (or --data for your own)")
     p.add_argument("--methods", type=_csv(), default=list(DEFAULT_METHODS),
                    help=f"comma-separated, of {', '.join(methods.names())} [default: the paper's seven]")
     p.add_argument("--seeds", type=_csv(int), default=list(DEFAULT_SEEDS))
     p.add_argument("--rounds", type=int, default=100)
-    p.add_argument("--data-dir")
+    p.add_argument("--partition", choices=("iid", "dirichlet", "natural"), default="iid",
+                   help="client partition (natural: one client per site of own data) [default: iid]")
+    p.add_argument("--clients", type=int, help="C [default: the dataset's preset; own data: from the partition]")
+    p.add_argument("--small-sites", choices=("error", "drop", "merge"), default="error",
+                   help="natural partition: sites smaller than one batch [default: error]")
     p.add_argument("--out", default="results/compare")
     p.add_argument("--workers", type=int, default=_cores(),
                    help=f"runs in parallel, one process and one torch thread each (default: the "
@@ -39,15 +44,23 @@ def register(sub) -> None:
 
 
 def cmd_compare(args) -> int:
+    from fedgca.cli.options import source_from_args
     from fedgca.config import RunConfig
     from fedgca.experiments import compare
     from fedgca.reporting import comparison
 
+    source = source_from_args(args)
+    if source is None and not args.dataset:
+        raise ValueError("give --dataset NAME[,NAME] (built-in datasets) or --data PATH (your own data)")
+    datasets = [source.label] if source is not None else [d for d in args.dataset.split(",") if d]
+    data = source if source is not None else args.data_dir
+    base = RunConfig(dataset=datasets[0], rounds=args.rounds, partition=args.partition, clients=args.clients,
+                     small_sites=args.small_sites)
     root = Path(args.out)
+    compare.grid(base, datasets, args.methods, args.seeds, source)  # every bad option or file fails here, first
     root.mkdir(parents=True, exist_ok=True)
-    base = RunConfig(dataset=args.dataset[0], rounds=args.rounds)
     started = time.perf_counter()
-    summaries = compare.run_grid(base, args.dataset, args.methods, args.seeds, root, args.data_dir, args.workers)
+    summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, data, args.workers)
     elapsed = time.perf_counter() - started
     print(comparison.render_comparison(summaries, args.methods))
     print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
@@ -55,7 +68,7 @@ def cmd_compare(args) -> int:
     print(f"tables written to {paths['md']} and {paths['csv']}; per-run figures in {paths['runs']}")
     if args.attack:
         table = comparison.render_attacks(
-            compare.attack_grid(base, args.dataset, args.methods, args.seeds, root, args.data_dir))
+            compare.attack_grid(base, datasets, args.methods, args.seeds, root, data))
         print(table)
         (root / "attacks.md").write_text(table)
         print(f"attack table written to {root / 'attacks.md'}")
@@ -127,7 +140,7 @@ def cmd_sweep(args) -> int:
     out = args.out or spec.out
     if not out:
         raise ValueError("no sweep directory: pass --out DIR (or set `out` in the sweep file)")
-    data_dir = args.data_dir or spec.data_dir
+    data_dir = spec.source if spec.source is not None else (args.data_dir or spec.data_dir)
     if args.dry_run:
         states = sweep.status(Path(out), spec.configs)
         flops = sweep.predicted_flops(spec.configs, data_dir) or {}

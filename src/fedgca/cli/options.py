@@ -28,6 +28,8 @@ def add_run_options(p: argparse.ArgumentParser, *, in_process: bool = False) -> 
         if kind is bool:
             p.add_argument(flag, action="store_true", default=None, help=meta["help"])
             continue
+        if f.name == "dataset" or meta.get("derived"):
+            continue  # --dataset comes with the data options below; derived fields are set from --data
         required = f.default is dataclasses.MISSING
         if required:
             default_text = "required"
@@ -39,7 +41,7 @@ def add_run_options(p: argparse.ArgumentParser, *, in_process: bool = False) -> 
         help_text = meta["help"] + (f" ({'|'.join(choices)})" if choices else "") + f" [{default_text}]"
         metavar = "{" + ",".join(choices) + "}" if choices else {int: "N", float: "X"}.get(kind, "VALUE")
         p.add_argument(flag, type=kind, required=required, default=None, metavar=metavar, help=help_text)
-    p.add_argument("--data-dir", help="dataset directory [default: $FEDGCA_DATA_DIR, else the user cache]")
+    add_data_options(p)
     p.add_argument("--out", help="output directory [default: runs/<dataset>-<method>-seed<seed>]")
     if in_process:
         p.add_argument("--threads", type=int, default=DEFAULT_TORCH_THREADS,
@@ -48,8 +50,53 @@ def add_run_options(p: argparse.ArgumentParser, *, in_process: bool = False) -> 
         p.add_argument("--resume", action="store_true", help="continue a killed run from its last completed round")
 
 
-def config_from_args(args) -> RunConfig:
-    """The resolved RunConfig of parsed options (options left unset take RunConfig's defaults)."""
+def add_data_options(p: argparse.ArgumentParser, *, dataset_help: str | None = None) -> None:
+    """--dataset (a built-in) or --data (own data) with its schema and test-set options, and --data-dir."""
+    p.add_argument("--dataset", help=dataset_help or RunConfig.__dataclass_fields__["dataset"].metadata["help"])
+    p.add_argument("--data", metavar="PATH", help="own data: a CSV/TSV/Parquet file (with --schema), an ODDS .mat or "
+                   "ADBench .npz file (X, y), or a directory of per-site files (one file per site)")
+    p.add_argument("--schema", metavar="S.json", help="own data's schema (`fedgca schema infer` writes one)")
+    p.add_argument("--test-file", metavar="FILE", help="own data: a given test file (default: the schema's test rule)")
+    p.add_argument("--test-split", choices=("balanced", "balanced-tail"),
+                   help="own data without a test file: A anomalies + A normals drawn with the seed (balanced), or "
+                        "the last A normals in file order (balanced-tail, SPEC §4) [default: the schema's]")
+    p.add_argument("--name", help="own data's name in run directories and tables [default: the file's stem]")
+    p.add_argument("--data-dir", help="built-in datasets' directory [default: $FEDGCA_DATA_DIR, else the user cache]")
+
+
+def source_from_args(args):
+    """Own data's DataSource from --data/--schema/--test-file/--test-split/--name, or None for a built-in."""
+    if not getattr(args, "data", None):
+        for flag in ("schema", "test_file", "test_split", "name"):
+            if getattr(args, flag, None):
+                raise ValueError(f"--{flag.replace('_', '-')} describes own data: add --data PATH")
+        return None
+    if getattr(args, "dataset", None):
+        raise ValueError("--dataset names a built-in dataset and --data gives your own: use one (--name names own data)")
+    from fedgca.sources import open_source
+
+    return open_source(args.data, args.schema, test_file=args.test_file, test_split=args.test_split, name=args.name)
+
+
+def run_options(args) -> dict:
+    """The RunConfig options set on the command line (unset ones are left to RunConfig and the data)."""
     names = {f.name for f in dataclasses.fields(RunConfig)}
-    values = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    return RunConfig(**values).resolved()
+    return {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+
+def config_from_args(args, *, with_data: bool = False):
+    """The resolved RunConfig of parsed options (options left unset take RunConfig's defaults).
+
+    With own data (--data), the data is read to fill what has no preset; ``with_data`` then
+    returns ``(cfg, source, dataset)`` — source and dataset None for a built-in dataset.
+    """
+    source = source_from_args(args)
+    if source is None:
+        if not getattr(args, "dataset", None):
+            raise ValueError("give --dataset NAME (a built-in dataset) or --data PATH (your own data)")
+        cfg = RunConfig(**run_options(args)).resolved()
+        return (cfg, None, None) if with_data else cfg
+    from fedgca.sources import bind
+
+    cfg, dataset = bind(run_options(args), source)
+    return (cfg, source, dataset) if with_data else cfg

@@ -1,7 +1,9 @@
-"""Datasets (SPEC §4): loaders, preprocessing and client partitions.
+"""Datasets (SPEC §4): sources, schemas, readers, preprocessing and client partitions.
 
-``load_dataset(name)`` is the one entry point; tabular datasets are handled by
-:mod:`fedgca.data.tabular`, vision datasets by :mod:`fedgca.data.vision`
+``load_dataset(name_or_source)`` is the one entry point. A built-in tabular dataset is a preset
+(:mod:`fedgca.data.presets`: a schema and file names) on the same path as your own data
+(:mod:`fedgca.data.own`: a :class:`DataSource` — a file, a directory of per-site files, a
+DataFrame or arrays — and its :class:`Schema`); vision datasets are :mod:`fedgca.data.vision`
 (imported lazily, so tabular use never imports the vision stack).
 """
 from __future__ import annotations
@@ -9,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .dataset import FederatedDataset
+from .own import DataSource, infer_schema
 from .partition import dirichlet_partition, iid_partition
 from .paths import DataError, resolve_data_dir
+from .schema import Schema
 
 TABULAR = ("academic", "adult", "bank", "credit", "magic")
 VISION = ("fashion_mnist", "cifar10")
@@ -18,22 +22,27 @@ DATASETS = TABULAR + VISION
 
 
 def load_dataset(
-    name: str, data_dir: Path | str | None = None, *, seed: int = 100, download: bool = True
+    name: str, data_dir: Path | str | DataSource | None = None, *, seed: int = 100, download: bool = True
 ) -> FederatedDataset:
-    """Load dataset ``name`` from ``<data_dir>/<name>/`` (downloading missing files if allowed).
+    """Load dataset ``name``: a preset from ``<data_dir>/<name>/`` (downloading missing files if allowed),
+    or own data when ``data_dir`` is a :class:`DataSource` (whose label must be ``name``).
 
-    ``seed`` selects the normal/anomaly class pair for vision datasets (SPEC §4);
-    tabular datasets do not depend on it.
+    ``seed`` selects the normal/anomaly class pair for vision datasets (SPEC §4) and draws own
+    data's balanced test split; the presets' tabular splits do not depend on it.
     """
+    if isinstance(data_dir, DataSource):
+        if data_dir.label != name:
+            raise DataError(f"the run's dataset is {name!r} but the data source is {data_dir.label!r}")
+        return data_dir.load(seed)
     if name in TABULAR:
-        from .tabular import load_tabular
+        from .presets import load_tabular
 
-        return load_tabular(name, data_dir, download=download)
+        return load_tabular(name, data_dir, download=download, seed=seed)
     if name in VISION:
         from .vision import load_vision
 
         return load_vision(name, data_dir, seed=seed, download=download)
-    raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} (own data: --data FILE --schema S.json)")
 
 
 __all__ = [
@@ -41,9 +50,12 @@ __all__ = [
     "TABULAR",
     "VISION",
     "DataError",
+    "DataSource",
     "FederatedDataset",
+    "Schema",
     "dirichlet_partition",
     "iid_partition",
+    "infer_schema",
     "load_dataset",
     "resolve_data_dir",
 ]

@@ -25,13 +25,16 @@ class FederatedDataset:
     preprocessor: Any = None
     feature_names: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    schema: Any = None  # tabular: the fedgca.data.schema.Schema that read the records (a detector re-reads with it)
+    sites: np.ndarray | None = None  # int64 [N]: each training row's site (natural partition), or None
+    site_names: list[str] | None = None  # site code -> name
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train.shape[1:])
 
 
-def split_info(n_train: int, test_y: np.ndarray, files, dataset_dir, test_set: str) -> dict[str, Any]:
+def split_info(n_train: int, test_y: np.ndarray, files, test_set: str) -> dict[str, Any]:
     """The provenance block every loader puts in ``FederatedDataset.info``: sizes, files and split."""
     n_anomalies = int(np.asarray(test_y).sum())
     return {
@@ -39,7 +42,6 @@ def split_info(n_train: int, test_y: np.ndarray, files, dataset_dir, test_set: s
         "n_test": int(len(test_y)),
         "n_anomalies": n_anomalies,
         "n_test_normals": int(len(test_y) - n_anomalies),
-        "files": files,
-        "data_dir": str(dataset_dir),
+        "files": [str(f) for f in files],  # names only: nothing of this machine goes into a run's files
         "test_set": test_set,
     }

@@ -204,13 +204,63 @@ def dirichlet_partition(
     return [np.sort(np.concatenate(s)).astype(np.int64) for s in shards]
 
 
-def partition_rows(cfg, train: np.ndarray) -> list[np.ndarray]:
-    """The realised partition of a run config (``partition``, ``clients``, ``seed``, ``alpha``, ``batch_size``).
+SMALL_SITES = ("error", "drop", "merge")
+
+
+def natural_partition(sites: np.ndarray, site_names: list[str], min_size: int, small_sites: str = "error") \
+        -> tuple[list[np.ndarray], list[str]]:
+    """One client per site (Flower Datasets' NaturalIdPartitioner): (row indices per client, client names).
+
+    ``sites``: each training row's site code (into ``site_names``); rows keep file order. A site
+    with fewer than ``min_size`` rows (one batch) cannot train: ``small_sites`` says what to do —
+    "error" (one line naming them), "drop" them, or "merge" them into one client (named
+    "a+b+..."; an error if even that is smaller than a batch).
+    """
+    if small_sites not in SMALL_SITES:
+        raise ValueError(f"--small-sites must be one of {', '.join(SMALL_SITES)}, got {small_sites!r}")
+    sites = np.asarray(sites)
+    order = np.argsort(sites, kind="stable")
+    bounds = np.searchsorted(sites[order], np.arange(len(site_names) + 1))
+    rows = [np.sort(order[bounds[j]:bounds[j + 1]]).astype(np.int64) for j in range(len(site_names))]
+    small = [j for j, r in enumerate(rows) if len(r) < min_size]
+    if small and small_sites == "error":
+        shown = ", ".join(f"{site_names[j]!r} ({len(rows[j])})" for j in small[:6])
+        more = f" and {len(small) - 6} more" if len(small) > 6 else ""
+        raise ValueError(f"natural partition: site(s) {shown}{more} have fewer training normals than one batch "
+                         f"(B = {min_size}); pass --small-sites drop or --small-sites merge, or lower --batch-size")
+    keep = [j for j in range(len(site_names)) if j not in small]
+    parts, names = [rows[j] for j in keep], [site_names[j] for j in keep]
+    if small and small_sites == "merge":
+        merged = np.sort(np.concatenate([rows[j] for j in small]))
+        name = "+".join(site_names[j] for j in small)
+        if len(merged) < min_size:
+            raise ValueError(f"natural partition: the small sites merged ({name}) still hold {len(merged)} training "
+                             f"normals, fewer than one batch (B = {min_size}); pass --small-sites drop")
+        parts.append(merged)
+        names.append(name)
+    if not parts:
+        raise ValueError(f"natural partition: no site has one batch (B = {min_size}) of training normals")
+    return parts, names
+
+
+def partition_rows(cfg, train: np.ndarray, sites: np.ndarray | None = None,
+                   site_names: list[str] | None = None) -> list[np.ndarray]:
+    """The realised partition of a run config (``partition``, ``clients``, ``seed``, ``alpha``, ``batch_size``,
+    ``small_sites``).
 
     Every method, the simulator and a Flower node use this same one for a dataset and seed.
     """
     if cfg.partition == "iid":
         return iid_partition(len(train), cfg.clients, cfg.seed)
+    if cfg.partition == "natural":
+        if sites is None:
+            raise ValueError("--partition natural needs a site column (the schema's \"site\") or a directory of "
+                             "per-site files; this dataset has neither")
+        parts, names = natural_partition(sites, site_names, cfg.batch_size, cfg.small_sites)
+        if len(parts) != cfg.clients:
+            raise ValueError(f"--partition natural gives {len(parts)} clients (one per site: "
+                             f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''}) but --clients is {cfg.clients}")
+        return parts
     return dirichlet_partition(train, cfg.clients, cfg.seed, alpha=cfg.alpha, min_size=cfg.batch_size)
 
 

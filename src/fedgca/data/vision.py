@@ -375,7 +375,7 @@ def load_vision(
         )
     names = CLASS_NAMES[name]
     info = {
-        **split_info(len(train), test_y, files, dataset_dir, "provided test split, the two classes"),
+        **split_info(len(train), test_y, files, "provided test split, the two classes"),
         "seed": int(seed),
         "normal": [int(normal)],
         "anomaly": [int(anomaly)],

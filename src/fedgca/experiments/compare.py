@@ -12,12 +12,24 @@ from fedgca.config import SEEDS, RunConfig
 
 log = logging.getLogger("fedgca")
 
-def grid(base: RunConfig, datasets, methods, seeds) -> list[RunConfig]:
-    """One canonical config per (dataset, method, seed), each method at the dataset's preset."""
+def grid(base: RunConfig, datasets, methods, seeds, source=None) -> list[RunConfig]:
+    """One canonical config per (dataset, method, seed), each method at the dataset's preset.
+
+    Own data (``source``, a :class:`~fedgca.data.DataSource`): one dataset, each seed bound to it
+    (``fedgca.sources.bind``: C, K and ρ that ``base`` leaves unset come from the data).
+    """
     from fedgca.experiments.sweep import canonical
 
-    return [canonical(dataclasses.replace(base, dataset=d, method=m, seed=s))
-            for d in datasets for m in methods for s in seeds]
+    if source is None:
+        return [canonical(dataclasses.replace(base, dataset=d, method=m, seed=s))
+                for d in datasets for m in methods for s in seeds]
+    from fedgca.sources import bind
+
+    options = {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name != "dataset"}
+    bound = {}
+    for s in seeds:
+        bound[s], _ = bind({**options, "seed": s}, source)
+    return [canonical(dataclasses.replace(bound[s], method=m)) for m in methods for s in seeds]
 
 
 def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1) -> list[dict]:
@@ -27,9 +39,10 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
     resuming and worker processes as ``fedgca sweep``, so a comparison and a sweep that share a
     directory share their runs.
     """
+    from fedgca.data import DataSource
     from fedgca.experiments import sweep
 
-    configs = grid(base, datasets, methods, seeds)
+    configs = grid(base, datasets, methods, seeds, data_dir if isinstance(data_dir, DataSource) else None)
     # the table is read only when complete: start the longest runs first (the shortest makespan)
     result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, order="longest-first")
     if result["failed"]:
@@ -44,7 +57,10 @@ def attack_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=
     from fedgca.experiments import sweep
 
     records = []
-    for cfg in grid(base, datasets, [m for m in methods if m in registry.names(attack=True)], seeds):
+    from fedgca.data import DataSource
+
+    source = data_dir if isinstance(data_dir, DataSource) else None
+    for cfg in grid(base, datasets, [m for m in methods if m in registry.names(attack=True)], seeds, source):
         out = sweep.run_dir(root, cfg)
         done = out / "attack.json"
         records.append(json.loads(done.read_text()) if done.exists() else attack_run(out, victim=0, data_dir=data_dir))

@@ -86,20 +86,24 @@ def sizes(cfg: RunConfig, data_dir=None) -> Sizes:
     from fedgca.data.partition import partition_rows, split_validation
 
     cfg = cfg.resolved()
-    train, n_test, (forward, encoder_forward) = _dataset(cfg.dataset, None if data_dir is None else str(data_dir))
-    parts, val = split_validation(partition_rows(cfg, train), cfg.val_fraction, cfg.seed)
+    from fedgca.data import DataSource
+
+    where = data_dir if isinstance(data_dir, DataSource) or data_dir is None else str(data_dir)
+    train, sites, n_test, (forward, encoder_forward) = _dataset(cfg.dataset, where)
+    parts, val = split_validation(partition_rows(cfg, train, *sites), cfg.val_fraction, cfg.seed)
     return Sizes(clients=cfg.clients, train_rows=sum(len(p) for p in parts), val_rows=sum(len(v) for v in val),
                  test_rows=n_test, forward=forward, encoder_forward=encoder_forward,
                  fixed_rows=len(parts[ABLATION_CLIENT]), fixed_val_rows=len(val[ABLATION_CLIENT]))
 
 
 @lru_cache(maxsize=None)
-def _dataset(name: str, data_dir: str | None):
+def _dataset(name: str, data_dir):
     from fedgca.data import load_dataset
     from fedgca.models import build_model, forward_cost
 
     ds = load_dataset(name, data_dir)
-    return ds.train, len(ds.test_x), forward_cost(build_model(ds.input_shape), ds.input_shape)
+    return (ds.train, (ds.sites, ds.site_names), len(ds.test_x),
+            forward_cost(build_model(ds.input_shape), ds.input_shape))
 
 
 def hours(seconds: float) -> str:

@@ -74,6 +74,13 @@ def canonical(cfg: RunConfig) -> RunConfig:
     keep = set(methods.get(cfg.method).options)
     if cfg.partition != "dirichlet":
         keep.discard("alpha")
+    if cfg.partition != "natural":
+        keep.discard("small_sites")
+    if cfg.data_digest is not None:  # own data: its binding stays; K, which it has no preset for, a fixed value
+        from fedgca.data.own import DEFAULT_K
+
+        keep |= {"data_digest", "clients", "rho", "partition", "small_sites"}
+        defaults = dataclasses.replace(defaults, k=DEFAULT_K)
     values = {f.name: getattr(cfg if f.name in keep else defaults, f.name) for f in dataclasses.fields(RunConfig)}
     if cfg.method == "fedprox" and cfg.fedprox_coef == effective_coefficient(cfg.fedprox_mu, cfg.batch_size):
         values["fedprox_coef"] = None  # the derived default, not an override
@@ -89,6 +96,12 @@ class SweepSpec:
     out: str | None = None
     data_dir: str | None = None
     name: str = ""
+    source: object = None  # own data's fedgca.data.DataSource (the file's `data`), else None
+
+    @property
+    def data(self):
+        """What runs read: own data's source, else the built-in datasets' directory."""
+        return self.source if self.source is not None else self.data_dir
 
 
 def load_spec(path) -> SweepSpec:
@@ -100,11 +113,26 @@ def load_spec(path) -> SweepSpec:
     return parse_spec(doc, name=path.stem)
 
 
+OWN_DATA_KEYS = ("data", "schema", "test_file", "test_split", "data_name")
+
+
 def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
-    unknown = set(doc) - {"base", "grid", "out", "data_dir", "name", "description"}
+    """A sweep file's runs. Own data: top-level ``data`` (a file or per-site directory), ``schema``,
+    optionally ``test_file``, ``test_split`` and ``data_name``; grids then need no ``dataset``, and C,
+    K and ρ left unset come from the data (fedgca.sources.bind). Paths are relative to the working
+    directory, as ``out`` and ``data_dir`` are."""
+    unknown = set(doc) - {"base", "grid", "out", "data_dir", "name", "description", *OWN_DATA_KEYS}
     if unknown:
         raise ValueError(f"sweep file: unknown top-level keys {', '.join(sorted(unknown))} "
-                         "(expected [base], [grid] or [[grid]], out, data_dir)")
+                         f"(expected [base], [grid] or [[grid]], out, data_dir, {', '.join(OWN_DATA_KEYS)})")
+    source = None
+    if doc.get("data"):
+        from fedgca.sources import open_source
+
+        source = open_source(doc["data"], doc.get("schema"), test_file=doc.get("test_file"),
+                             test_split=doc.get("test_split"), name=doc.get("data_name"))
+    elif any(doc.get(k) for k in OWN_DATA_KEYS):
+        raise ValueError("sweep file: schema/test_file/test_split/data_name describe own data: add `data`")
     base = dict(doc.get("base", {}))
     grids = doc.get("grid")
     if grids is None:
@@ -112,12 +140,16 @@ def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
     if isinstance(grids, dict):
         grids = [grids]
     fields = {f.name for f in dataclasses.fields(RunConfig)}
-    configs, seen = [], set()
+    configs, seen, loaded = [], set(), {}
     for i, grid in enumerate(grids):
         bad = (set(grid) | set(base)) - fields
         if bad:
             raise ValueError(f"sweep file: grid {i + 1}: unknown RunConfig fields {', '.join(sorted(bad))}")
         axes = {**{k: [v] for k, v in base.items()}, **{k: v if isinstance(v, list) else [v] for k, v in grid.items()}}
+        if source is not None:
+            if "dataset" in axes:
+                raise ValueError(f"sweep file: grid {i + 1} names a dataset, and the file gives own data (`data`)")
+            axes["dataset"] = [source.label]
         if "dataset" not in axes:
             raise ValueError(f"sweep file: grid {i + 1} names no dataset")
         names = list(axes)
@@ -126,12 +158,21 @@ def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
             for opt in ("k", "clients", "rho"):  # "preset" means the dataset's preset value
                 if values.get(opt) == "preset":
                     values[opt] = None
-            cfg = canonical(RunConfig(**values))
+            cfg = canonical(_bind(values, source, loaded) if source is not None else RunConfig(**values))
             key = cfg.key()
             if key not in seen:
                 seen.add(key)
                 configs.append(cfg)
-    return SweepSpec(configs, doc.get("out"), doc.get("data_dir"), doc.get("name", name))
+    return SweepSpec(configs, doc.get("out"), doc.get("data_dir"), doc.get("name", name), source)
+
+
+def _bind(values: dict, source, loaded: dict) -> RunConfig:
+    """Own data's config for these options (the data read once per seed: its test split depends on it)."""
+    from fedgca.sources import bind
+
+    seed = values.get("seed", RunConfig.__dataclass_fields__["seed"].default)
+    cfg, loaded[seed] = bind({k: v for k, v in values.items() if k != "dataset"}, source, dataset=loaded.get(seed))
+    return cfg
 
 
 # --------------------------------------------------------------------------- ledger
@@ -239,7 +280,7 @@ def _worker_init(threads: int, verbose: bool) -> None:
     threading.Thread(target=watchdog, daemon=True).start()
 
 
-def execute(cfg_dict: dict, out: str, root: str, data_dir: str | None) -> dict:
+def execute(cfg_dict: dict, out: str, root: str, data_dir) -> dict:
     """One run, in a worker process. Never raises: returns {"status": ..., ...}."""
     from fedgca.simulation.runner import run
 
@@ -443,11 +484,20 @@ def _stop_workers(pool, grace: float = 30.0) -> None:
         manager.join(0.2)
 
 
+def _data_arg(data_dir):
+    """What a worker is told about the data: the built-in datasets' directory, or own data's source."""
+    from fedgca.data import DataSource
+
+    if data_dir is None or isinstance(data_dir, DataSource):
+        return data_dir
+    return str(data_dir)
+
+
 def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) -> None:
     if int(workers) <= 0:  # in this process, one run after another (debugging; no isolation)
         for cfg in todo:
             _record(ledger, finished, result, cfg, root, len(todo),
-                    execute(cfg.to_dict(), str(run_dir(root, cfg)), str(root), None if data_dir is None else str(data_dir)))
+                    execute(cfg.to_dict(), str(run_dir(root, cfg)), str(root), _data_arg(data_dir)))
         return
 
     workers = max(1, min(int(workers), len(todo)))
@@ -469,8 +519,8 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
         pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
                                       initializer=_worker_init, initargs=(threads, verbose))
         try:
-            futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root),
-                                   None if data_dir is None else str(data_dir)): c for c in batch}
+            futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir)): c
+                       for c in batch}
             for fut in cf.as_completed(futures):
                 cfg = futures[fut]
                 try:

@@ -162,7 +162,7 @@ def info(msg: Message, context: Context) -> Message:
     values = {"client-id": cid, "source": source}
     if source == "csv" and STATE_SETUP not in context.state.config_records:
         schema, _ = node_data.csv_encoded_training_rows(run_config_from_record(msg.content[CONFIG]), nc, cid)
-        values.update({"schema-digest": schema.digest(), "schema": json.dumps(schema.raw), "ready": False})
+        values.update({"schema-digest": schema.digest(), "schema": json.dumps(schema.to_dict()), "ready": False})
     else:
         cfg, node = _node(msg, context)
         values.update({"num-examples": int(len(node.train)), "input-shape": [int(s) for s in node.input_shape],

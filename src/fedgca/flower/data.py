@@ -22,7 +22,7 @@ from threading import Lock
 import numpy as np
 
 from fedgca.config import RunConfig
-from fedgca.flower.owndata import Schema, encode, eval_split, read_rows
+from fedgca.flower.owndata import Schema, encode, eval_split, load_schema, read_rows
 
 _CACHE: dict = {}
 _LOCK = Lock()
@@ -92,7 +92,8 @@ def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
 
     def build():
         ds = load_dataset(cfg.dataset, data_dir, seed=cfg.seed)
-        parts, val = split_validation(partition_rows(cfg, ds.train), cfg.val_fraction, cfg.seed)
+        parts, val = split_validation(partition_rows(cfg, ds.train, ds.sites, ds.site_names), cfg.val_fraction,
+                                      cfg.seed)
         return ds, parts, val
 
     def arrays():
@@ -151,7 +152,7 @@ def csv_frame(node_config: dict):
     key = ("csv", str(path), str(schema_path))
 
     def build():
-        schema = Schema.load(schema_path)
+        schema = load_schema(schema_path)
         X, y = read_rows(path, schema)
         return schema, X, y
 

@@ -1,9 +1,10 @@
 """A practitioner's own data on a Flower node: a CSV file plus a shared schema file.
 
 Each SuperNode is started with ``--node-config "data-path=/path/rows.csv
-schema-path=/path/schema.json"``. The schema is the same file on every node
-(the server checks its digest); it names the feature columns in order, their
-types and, for categorical columns, the category list, and optionally a label
+schema-path=/path/schema.json"``. The schema (``fedgca.data.schema``: the one
+format every fedgca table uses) is the same file on every node (the server checks
+its digest); it names the feature columns in order, their types and, for
+categorical columns, the category list (required here), and optionally a label
 column that is used **only for evaluation**::
 
     {
@@ -39,15 +40,14 @@ than ``stats-min-rows`` rows (node config, default 20).
 """
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from fedgca import seeding
 from fedgca.data.paths import DataError
+from fedgca.data.schema import Schema
+from fedgca.data.table import read_file
 from fedgca.data.tabular import (
     TabularPreprocessor,
     abs_correlation,
@@ -63,137 +63,26 @@ pd = LazyModule("pandas")  # imported when a CSV is read (fedgca.lazyimport)
 DEFAULT_STATS_MIN_ROWS = 20
 
 
-@dataclass(frozen=True)
-class Feature:
-    name: str
-    type: str  # "numeric" | "categorical"
-    categories: tuple[str, ...] = ()
+def require_category_lists(schema: Schema, where: str = "schema") -> Schema:
+    """A federation's nodes share one encoding: every categorical feature must list its categories
+    (fitting them would mean sharing each node's category set, which reveals which values it holds)."""
+    missing = [f.name for f in schema.features if f.type == "categorical" and not f.categories]
+    if missing:
+        raise DataError(f"{where}: categorical feature(s) {', '.join(map(repr, missing))} need their 'categories' "
+                        "list for a Flower deployment (`fedgca schema infer` writes them)")
+    return schema
 
 
-@dataclass(frozen=True)
-class Schema:
-    features: tuple[Feature, ...]
-    label: str | None = None
-    normal: tuple[str, ...] = ()
-    anomaly: tuple[str, ...] = ()
-    sep: str = ","
-    header: bool = True
-    eval_fraction: float = 0.3
-    corr_threshold: float = 0.6
-    raw: dict = field(default_factory=dict, compare=False, hash=False)
-
-    @classmethod
-    def load(cls, path) -> "Schema":
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise DataError(f"{path}: schema file not found") from None
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-        return cls.from_dict(d, where=str(path))
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "schema") -> "Schema":
-        feats = []
-        for i, f in enumerate(d.get("features") or []):
-            if isinstance(f, str):
-                f = {"name": f, "type": "numeric"}
-            kind = f.get("type", "numeric")
-            if kind not in ("numeric", "categorical"):
-                raise DataError(f"{where}: feature {f.get('name')!r}: type must be 'numeric' or 'categorical'")
-            cats = tuple(sorted(str(c) for c in f.get("categories", [])))
-            if kind == "categorical" and not cats:
-                raise DataError(f"{where}: categorical feature {f.get('name')!r} needs its 'categories' list "
-                                "(sharing each node's category set would reveal which values it holds)")
-            feats.append(Feature(str(f["name"]), kind, cats))
-        if not feats:
-            raise DataError(f"{where}: 'features' must list at least one column")
-        if len({f.name for f in feats}) != len(feats):
-            raise DataError(f"{where}: duplicate feature names")
-        label = d.get("label") or {}
-        csv = d.get("csv") or {}
-        schema = cls(
-            features=tuple(feats),
-            label=label.get("column"),
-            normal=tuple(str(v) for v in label.get("normal", [])),
-            anomaly=tuple(str(v) for v in label.get("anomaly", [])),
-            sep=str(csv.get("sep", ",")),
-            header=bool(csv.get("header", True)),
-            eval_fraction=float(d.get("eval_fraction", 0.3)),
-            corr_threshold=float(d.get("corr_threshold", 0.6)),
-            raw=d,
-        )
-        if schema.label is not None and not schema.anomaly:
-            raise DataError(f"{where}: label {schema.label!r} needs an 'anomaly' list of label values")
-        if schema.label is not None and not 0 < schema.eval_fraction < 1:
-            raise DataError(f"{where}: eval_fraction must be in (0, 1)")
-        return schema
-
-    @property
-    def columns(self) -> list[str]:
-        return [f.name for f in self.features]
-
-    @property
-    def categories(self) -> dict[str, list[str]]:
-        return {f.name: list(f.categories) for f in self.features if f.type == "categorical"}
-
-    def digest(self) -> str:
-        """Same schema on every node ⇔ same digest (the server checks)."""
-        canon = {"features": [(f.name, f.type, list(f.categories)) for f in self.features],
-                 "label": [self.label, list(self.normal), list(self.anomaly)], "sep": self.sep,
-                 "header": self.header, "eval_fraction": self.eval_fraction, "corr": self.corr_threshold}
-        return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]
+def load_schema(path) -> Schema:
+    """A node's schema file, checked for a federation."""
+    return require_category_lists(Schema.load(path), str(path))
 
 
 def read_rows(path, schema: Schema) -> tuple[pd.DataFrame, np.ndarray | None]:
-    """The CSV's feature columns (typed) and, if the schema has a label, 1 = anomaly / 0 = normal."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: data file not found")
-    names = None if schema.header else schema.columns + ([schema.label] if schema.label else [])
-    text_cols = {f.name: str for f in schema.features if f.type == "categorical"}
-    if schema.label:
-        text_cols[schema.label] = str
-    try:
-        df = pd.read_csv(path, sep=schema.sep, header=0 if schema.header else None, names=names, dtype=text_cols,
-                         keep_default_na=False, na_values=[""], index_col=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read as CSV ({' '.join(str(e).split())})") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    missing = [c for c in schema.columns if c not in df.columns]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(map(repr, missing))}")
-    if len(df) == 0:
-        raise DataError(f"{path}: no data rows")
-    X = df[schema.columns].copy()
-    for f in schema.features:
-        if f.type == "numeric":
-            values = pd.to_numeric(X[f.name], errors="coerce")
-            bad = np.flatnonzero(~np.isfinite(values.to_numpy(dtype=np.float64)))
-            if bad.size:
-                raise DataError(f"{path}: line {bad[0] + 1 + int(schema.header)}: column {f.name!r}: "
-                                f"missing or non-numeric value {X[f.name].iloc[bad[0]]!r}")
-            X[f.name] = values.astype(np.float64)
-        else:
-            if X[f.name].isna().any():
-                row = int(np.flatnonzero(X[f.name].isna().to_numpy())[0])
-                raise DataError(f"{path}: line {row + 1 + int(schema.header)}: column {f.name!r}: missing value")
-            X[f.name] = X[f.name].astype(str).str.strip().astype(object)
-    y = None
-    if schema.label:
-        if schema.label not in df.columns:
-            raise DataError(f"{path}: schema names label column {schema.label!r}, which the file lacks")
-        lab = df[schema.label].astype(str).str.strip()
-        known = set(schema.anomaly) | set(schema.normal)
-        if schema.normal:
-            unknown = ~lab.isin(known)
-            if unknown.any():
-                row = int(np.flatnonzero(unknown.to_numpy())[0])
-                raise DataError(f"{path}: line {row + 1 + int(schema.header)}: label value {lab.iloc[row]!r} is "
-                                f"neither normal ({', '.join(schema.normal)}) nor anomaly ({', '.join(schema.anomaly)})")
-        y = lab.isin(schema.anomaly).to_numpy().astype(np.int64)
-    return X.reset_index(drop=True), y
+    """A node's file (any format fedgca reads): its feature columns and, with a label, 1 = anomaly / 0 = normal."""
+    table = read_file(Path(path), schema, require_label=False)
+    y = None if table.labels is None else schema.is_anomaly(table.labels).to_numpy().astype(np.int64)
+    return table.features, y
 
 
 def encode(X: pd.DataFrame, schema: Schema) -> np.ndarray:

@@ -222,7 +222,8 @@ class FlowerServer:
         if not stats:
             raise RuntimeError("no node shared preprocessing statistics")
         node = next(iter(infos))
-        schema = owndata.Schema.from_dict(json.loads(infos[node]["schema"]), f"schema of node {node}")
+        schema = owndata.require_category_lists(
+            owndata.Schema.from_dict(json.loads(infos[node]["schema"]), f"schema of node {node}"), f"schema of node {node}")
         pre = owndata.fit_from_stats(schema, stats)
         self.preprocessor = pre.to_dict()
         self.rec.write("preprocessor.json", self.preprocessor)

@@ -122,20 +122,20 @@ def setting_of(cfg: RunConfig) -> tuple:
     values = []
     for f in SETTING_FIELDS:
         v = getattr(cfg, f)
-        if f == "clients" and v == DATASET_PRESETS[cfg.dataset]["clients"]:
+        if f == "clients" and v == DATASET_PRESETS.get(cfg.dataset, {}).get("clients"):
             v = "preset"
         values.append((f, v))
     return tuple(values)
 
 
 def partition_of(cfg: RunConfig) -> str:
-    return "iid" if cfg.partition == "iid" else f"dirichlet(alpha={cfg.alpha:g})"
+    return f"dirichlet(alpha={cfg.alpha:g})" if cfg.partition == "dirichlet" else cfg.partition
 
 
 def variant_of(cfg: RunConfig) -> tuple:
     """The method's own options other than the axes (e.g. GCA's epochs, DP-FedAvg's σ)."""
     d = cfg.to_dict()
-    preset = DATASET_PRESETS[cfg.dataset]
+    preset = DATASET_PRESETS.get(cfg.dataset, {})  # own data has none
     own = sorted(methods.get(cfg.method).options - set(SETTING_FIELDS) - AXES)
     # a dataset's own preset (e.g. ρ = 0.5 on academic, 0.25 on magic) is one variant: "preset"
     return tuple((f, "preset" if f in preset and d[f] == preset[f] else d[f]) for f in own)

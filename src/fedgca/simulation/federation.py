@@ -89,7 +89,11 @@ def check_memory(cfg: RunConfig, input_shape, shard_sizes, n_test: int) -> None:
 def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | None = None) -> Federation:
     cfg = cfg.resolved()
     dataset = dataset or load_dataset(cfg.dataset, data_dir, seed=cfg.seed)
-    parts, val = split_validation(partition_rows(cfg, dataset.train), cfg.val_fraction, cfg.seed)
+    if cfg.data_digest is not None and dataset.info.get("digest") not in (None, cfg.data_digest):
+        raise ValueError(f"the data given is not the data this run was made with (content digest "
+                         f"{dataset.info['digest']}, the run's {cfg.data_digest})")
+    parts, val = split_validation(partition_rows(cfg, dataset.train, dataset.sites, dataset.site_names),
+                                  cfg.val_fraction, cfg.seed)
     check_memory(cfg, dataset.input_shape, [len(p) for p in parts], len(dataset.test_x))
     n_models = 1 if cfg.method == "centralized" else cfg.clients
     models = [init_model(cfg.seed, dataset.input_shape, i) for i in range(n_models)]

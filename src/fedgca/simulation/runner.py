@@ -26,8 +26,11 @@ class ConfigMismatch(RuntimeError):
 
 
 def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progress: bool | None = None,
-        fed: Federation | None = None) -> dict:
+        fed: Federation | None = None, dataset=None) -> dict:
     """Run (or resume) a federation and write its files to ``out_dir``; return the summary.
+
+    ``data_dir``: where the built-in datasets are, or own data's :class:`~fedgca.data.DataSource`;
+    ``dataset``: the dataset already loaded (``fedgca.sources.bind`` loads it to fill defaults).
 
     Everything that can fail on bad input (options, an existing directory, the
     checkpoint, the data) is checked before the first file is written, so a
@@ -37,7 +40,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     out = Path(out_dir)
     _check_existing(out, cfg, resume)
     ckpt = _read_checkpoint(out) if resume and (out / CHECKPOINT).exists() else None
-    fed = fed or build_federation(cfg, data_dir)
+    fed = fed or build_federation(cfg, data_dir, dataset)
     method = method_class(cfg.method)(fed)
     k_note = _effective_k_note(cfg, fed)
 
@@ -90,6 +93,10 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     if k_note:
         summary["k_note"] = k_note
     names = save_client_detectors(out, fed, method)
+    test_rows = fed.dataset.info.get("test_rows")
+    if test_rows is not None:
+        rundir.atomic_write_text(out / rundir.TEST_ROWS, "row\n" + "".join(f"{int(i)}\n" for i in test_rows))
+        names.append(rundir.TEST_ROWS)
     rundir.atomic_write_text(out / rundir.COMM, json.dumps(comm, indent=1))
     rundir.atomic_write_text(out / rundir.SUMMARY, json.dumps(summary, indent=2))
     rundir.record(out, rundir.METRICS, rundir.CLIENT_METRICS, rundir.COMM, *names, rundir.SUMMARY)

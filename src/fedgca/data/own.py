@@ -1,0 +1,378 @@
+"""Your own data: a source of records → the training normals, the test set and the sites.
+
+:class:`DataSource` names where records are (a file, a directory of per-site files, or a pandas
+DataFrame / NumPy arrays in Python) and the :class:`~fedgca.data.schema.Schema` that says what
+they mean. ``source.load(seed)`` reads them (:mod:`fedgca.data.table`), splits off the test set
+by the schema's rule, fits SPEC §4's encoding on the training normals and returns the
+:class:`~fedgca.data.dataset.FederatedDataset` every driver trains on. The built-in tabular
+datasets are sources too (:mod:`fedgca.data.presets`): there is one path.
+
+Test split (``schema.test_split``):
+
+* ``balanced`` (own data's default): with A anomalies, A normals drawn at random with the run
+  seed; test = those + all A anomalies (the paper's balanced test set, without depending on
+  file order);
+* ``balanced-tail``: SPEC §4's rule, the last A normals in file order;
+* ``file``: a given test file (its normal and anomalous rows).
+
+Which rows made the test set is recorded: ``info["test_rows"]`` (0-based row numbers of the
+table, files concatenated in name order) is written to a run's ``test_rows.csv``.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedgca import seeding
+from fedgca.lazyimport import LazyModule
+
+from .dataset import FederatedDataset, split_info
+from .paths import DataError
+from .schema import CATEGORICAL, NUMERIC, Feature, Schema
+from .table import (
+    ARRAY_FILES,
+    RawTable,
+    read_directory,
+    read_file,
+    table_from_arrays,
+    table_from_frame,
+)
+from .tabular import TabularPreprocessor
+
+pd = LazyModule("pandas")
+
+
+@dataclass(frozen=True, eq=False)
+class DataSource:
+    """Where records are and what they mean; ``load(seed)`` gives the dataset a run trains on.
+
+    ``path``: a data file (CSV/TSV/Parquet/.mat/.npz) or a directory of per-site files; or
+    ``frame`` (a DataFrame) / ``arrays`` ((X, y) or (X, y, sites)) from Python. ``schema``: None
+    only for .mat/.npz/arrays (numeric X, y with 1 = anomaly). ``test_path``: a test file, for
+    ``schema.test_split == "file"`` (default: ``schema.test_file`` next to the data).
+    """
+
+    path: str | None = None
+    schema: Schema | None = None
+    name: str | None = None
+    test_path: str | None = None
+    frame: Any = field(default=None, repr=False)
+    arrays: Any = field(default=None, repr=False)
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def label(self) -> str:
+        """The dataset's name in run directories and tables (the file's stem unless given)."""
+        if self.name:
+            return self.name
+        if self.path:
+            return Path(self.path).name.split(".")[0] or "data"
+        return "data"
+
+    def digest(self) -> str:
+        """Content identity (the data's bytes, the schema, the test file): runs record it, resume checks it."""
+        return _digest(self)
+
+    # ------------------------------------------------------------------ reading
+    def read(self) -> tuple[RawTable, RawTable | None]:
+        """(the table, the test table or None)."""
+        schema = self.schema
+        if self.frame is not None:
+            if schema is None:
+                raise DataError("a DataFrame needs a schema (fedgca.infer_schema(frame, label=..., normal=...))")
+            table = table_from_frame(self.frame, schema, files=[self.label])
+        elif self.arrays is not None:
+            table = table_from_arrays(*self.arrays, where=self.label, files=[self.label], schema=schema)
+        else:
+            path = Path(self.path)
+            if path.is_dir():
+                test_name = Path(self.test_path).name if self.test_path and Path(self.test_path).parent == path \
+                    else (schema.test_file if schema is not None else None)
+                table = read_directory(path, schema, exclude=(test_name,) if test_name else ())
+            elif path.exists() or path.suffix.lower() in ARRAY_FILES:
+                table = read_file(path, schema)
+            else:
+                raise DataError(f"{path}: no such file or directory")
+        schema = table.schema
+        test = None
+        if schema.test_split == "file":
+            tpath = Path(self.test_path) if self.test_path else _beside(self.path, schema.test_file)
+            test = read_file(tpath, schema)
+        return table, test
+
+    def load(self, seed: int = 100) -> FederatedDataset:
+        table, test = self.read()
+        ds = prepare(table, test, seed=seed, name=self.label)
+        ds.info["digest"] = self.digest()
+        return ds
+
+    # ------------------------------------------------------------------ passing to worker processes
+    def to_dict(self) -> dict:
+        if self.frame is not None or self.arrays is not None:
+            raise ValueError("in-memory data cannot be passed to another process; write it to a file first")
+        return {"path": self.path, "schema": None if self.schema is None else self.schema.to_dict(),
+                "name": self.name, "test_path": self.test_path}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DataSource":
+        return cls(path=d["path"], schema=None if d["schema"] is None else Schema.from_dict(d["schema"]),
+                   name=d.get("name"), test_path=d.get("test_path"))
+
+
+def _beside(path: str | None, name: str | None) -> Path:
+    if not name:
+        raise DataError("the schema's test split is 'file' but names no test file")
+    base = Path(path) if path else Path(".")
+    return (base if base.is_dir() else base.parent) / name
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _file_key(p: Path) -> tuple:
+    st = p.stat()
+    return (str(p.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def _digest(src: DataSource) -> str:
+    h = hashlib.sha256()
+    h.update((src.schema.digest() if src.schema is not None else "arrays").encode())
+    h.update((src.test_path and Path(src.test_path).name or "").encode())
+    if src.frame is not None:
+        h.update(pd.util.hash_pandas_object(src.frame, index=False).to_numpy().tobytes())
+        return h.hexdigest()[:16]
+    if src.arrays is not None:
+        for a in src.arrays:
+            if a is not None:
+                h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
+        return h.hexdigest()[:16]
+    path = Path(src.path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    if src.test_path:
+        files.append(Path(src.test_path))
+    for p in files:
+        if not p.exists():
+            continue
+        key = _file_key(p)
+        if key not in _DIGESTS:  # hashing a 100 MB file takes ~0.2 s: once per process and file version
+            fh = hashlib.sha256()
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 22), b""):
+                    fh.update(block)
+            _DIGESTS[key] = fh.hexdigest()
+        h.update(p.name.encode() + b"\0" + _DIGESTS[key].encode())
+    return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- split and encoding
+
+
+def test_split(labels, schema: Schema, seed: int, where: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """(training normal rows, test rows, description), both sorted, by the schema's rule."""
+    normal = np.flatnonzero(schema.is_normal(labels).to_numpy())
+    anomaly = np.flatnonzero(schema.is_anomaly(labels).to_numpy())
+    _require_classes(labels, schema, normal, anomaly, where)
+    a = len(anomaly)
+    if a >= len(normal):
+        raise DataError(f"{where}: a balanced test set takes as many normals as there are anomalies ({a}), "
+                        f"which leaves no normal row of {len(normal)} to train on; give a test file")
+    if schema.test_split == "balanced-tail":
+        held = normal[len(normal) - a:]
+        rule = "balanced tail (the last A normals in file order + all A anomalies)"
+    else:
+        held = np.sort(seeding.rng(seed, "test-split").choice(normal, size=a, replace=False))
+        rule = f"balanced (A normals drawn with seed {seed} + all A anomalies)"
+    train = np.setdiff1d(normal, held, assume_unique=True)
+    return train, np.sort(np.concatenate([held, anomaly])), rule
+
+
+def _require_classes(labels, schema: Schema, normal, anomaly, where: str, need_anomalies: bool = True) -> None:
+    if len(normal) == 0:
+        seen = ", ".join(map(repr, sorted(pd.unique(labels))[:8]))
+        raise DataError(f"{where}: no normal rows (label {schema.label!r} never equals "
+                        f"{', '.join(map(repr, schema.normal))}; values seen: {seen})")
+    if need_anomalies and len(anomaly) == 0:
+        raise DataError(f"{where}: no anomalies for the test set (no {schema.label!r} value marks an anomaly)")
+
+
+def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, name: str = "data") \
+        -> FederatedDataset:
+    """Split, fit SPEC §4's encoding on the training normals, encode: the dataset a run trains on."""
+    schema = table.schema
+    where = ", ".join(table.files) if len(table.files) <= 3 else f"{table.files[0]} and {len(table.files) - 1} more"
+    if table.labels is None:
+        raise DataError(f"{where}: no label column: fedgca needs labels to split off a test set and evaluate "
+                        "(a deployment without labels is `fedgca flower` with own data)")
+    if test is not None:
+        y = table.labels
+        train_rows = np.flatnonzero(schema.is_normal(y).to_numpy())
+        tnormal = np.flatnonzero(schema.is_normal(test.labels).to_numpy())
+        tanomaly = np.flatnonzero(schema.is_anomaly(test.labels).to_numpy())
+        _require_classes(y, schema, train_rows, [0], where)
+        _require_classes(test.labels, schema, tnormal, tanomaly, ", ".join(test.files))
+        test_rows = np.sort(np.concatenate([tnormal, tanomaly]))
+        X_test, y_test = test.features.iloc[test_rows], test.labels.iloc[test_rows]
+        rule = f"provided {', '.join(test.files)}, all rows"
+        files = [*table.files, *test.files]
+    else:
+        train_rows, test_rows, rule = test_split(table.labels, schema, seed, where)
+        X_test, y_test = table.features.iloc[test_rows], table.labels.iloc[test_rows]
+        files = list(table.files)
+    X_train = table.features.iloc[train_rows].reset_index(drop=True)
+    pre = TabularPreprocessor(schema.corr_threshold, schema.categories).fit(X_train)
+    test_y = schema.is_anomaly(y_test).to_numpy().astype(np.int64)
+    sites = site_names = None
+    if table.sites is not None:
+        codes, uniques = pd.factorize(table.sites.iloc[train_rows], sort=True)
+        sites, site_names = codes.astype(np.int64), [str(u) for u in uniques]
+    imputed = {c: int(X_train[c].isna().sum()) for c in schema.numeric if X_train[c].isna().any()}
+    info = {
+        **split_info(len(X_train), test_y, files, rule),
+        "normal": list(schema.normal),
+        "anomaly": list(schema.anomaly) if schema.anomaly is not None else "every other label value",
+        "raw_columns": list(schema.columns),
+        "dropped_columns": list(pre.dropped_columns_),
+        "schema_digest": schema.digest(),
+        "test_rows": test_rows.astype(np.int64),
+        "test_rows_from": "the test file" if test is not None else "the data",
+    }
+    if imputed:
+        info["imputed_training_cells"] = imputed
+    return FederatedDataset(
+        name=name, kind="tabular", train=pre.transform(X_train),
+        test_x=pre.transform(X_test.reset_index(drop=True)), test_y=test_y, preprocessor=pre,
+        feature_names=list(pre.kept_columns_), info=info, schema=schema, sites=sites, site_names=site_names,
+    )
+
+
+# --------------------------------------------------------------------------- defaults for data without a preset
+
+
+def upload_fraction(n_train: int) -> float:
+    """ρ for data without a preset: 1,500 codes per round in all, within [0.1, 0.5].
+
+    The paper's presets follow it: academic (780 training normals) 0.5, magic (5,640) 0.25 (the
+    rule gives 0.27), adult (24,600), bank (34,633) and credit 0.1.
+    """
+    return round(min(0.5, max(0.1, 1500 / max(n_train, 1))), 2)
+
+
+DEFAULT_CLIENTS = 10  # IID / Dirichlet without a preset: the paper's smallest federation (academic, magic)
+DEFAULT_K = 10  # the paper's K* on four of its seven datasets
+
+
+def own_defaults(n_train: int, n_sites: int | None, partition: str) -> dict[str, Any]:
+    """C, K and ρ for data without a preset: C from the partition, ρ from the size (:func:`upload_fraction`).
+
+    The model is SPEC §3's MLP whose widths (256-64-16) the paper keeps for every input width;
+    the epochs, batch size and learning rate are SPEC §8's presets.
+    """
+    clients = n_sites if partition == "natural" and n_sites else DEFAULT_CLIENTS
+    return {"clients": int(clients), "k": DEFAULT_K, "rho": upload_fraction(n_train)}
+
+
+# --------------------------------------------------------------------------- schema inference
+
+MAX_CATEGORIES = 1000  # a text column with more distinct values is an identifier, not a category
+
+
+def infer_schema(data, *, label: str | None, normal, anomaly=None, site: str | None = None,
+                 exclude=(), sep: str | None = None, max_categories: int = MAX_CATEGORIES,
+                 where: str | None = None) -> tuple[Schema, list[str]]:
+    """A schema for a table file or DataFrame: numeric vs categorical from the values, category lists,
+    the label rule. Returns (schema, notes) — the notes say what was decided and why.
+
+    A column is numeric when every non-empty cell parses as a number; otherwise categorical, with
+    its sorted values as the category list, unless it has more than ``max_categories`` distinct
+    values (an identifier or free text), which is left out with a note.
+    """
+    notes: list[str] = []
+    if isinstance(data, (str, Path)):
+        path = Path(data)
+        where = where or str(path)
+        frame, sep = _read_text_frame(path, sep)
+    else:
+        frame, where = data, where or "DataFrame"
+    frame = frame.copy(deep=False)
+    frame.columns = [str(c).strip() for c in frame.columns]
+    normal = [normal] if isinstance(normal, str) else list(normal or [])
+    if label is not None:
+        if label not in frame.columns:
+            raise DataError(f"{where}: no label column {label!r} (columns: {', '.join(map(repr, frame.columns[:10]))}"
+                            f"{' ...' if len(frame.columns) > 10 else ''})")
+        values = frame[label].astype(str).str.strip()
+        present = sorted(pd.unique(values))
+        absent = [v for v in normal if v not in present]
+        if absent:
+            raise DataError(f"{where}: column {label!r} has no value {', '.join(map(repr, absent))} "
+                            f"(values: {', '.join(map(repr, present[:10]))}{' ...' if len(present) > 10 else ''})")
+        if not normal:
+            raise DataError(f"{where}: say which {label!r} values are normal (--normal VALUE[,VALUE])")
+        if anomaly is not None:
+            anomaly = [anomaly] if isinstance(anomaly, str) else list(anomaly)
+    if site is not None and site not in frame.columns:
+        raise DataError(f"{where}: no site column {site!r}")
+    feats = []
+    for col in frame.columns:
+        if col == label or col in exclude:
+            continue
+        s = frame[col]
+        if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
+            feats.append(Feature(col, NUMERIC))
+            continue
+        text = s.dropna().astype(str).str.strip()
+        text = text[text != ""]
+        numeric = pd.to_numeric(text, errors="coerce")
+        if len(text) and numeric.notna().all():
+            feats.append(Feature(col, NUMERIC))
+            continue
+        cats = sorted(pd.unique(text))
+        if len(cats) > max_categories and col != site:
+            notes.append(f"left out {col!r}: {len(cats)} distinct text values (> {max_categories}; an identifier "
+                         "or free text, not a category)")
+            continue
+        if numeric.notna().any():
+            notes.append(f"{col!r} is categorical: {int(numeric.isna().sum())} of its cells are not numbers "
+                         f"(e.g. {text[numeric.isna()].iloc[0]!r})")
+        if s.isna().any() or (s.astype(str).str.strip() == "").any():
+            cats = sorted({*cats, "MISSING"})
+        feats.append(Feature(col, CATEGORICAL, tuple(cats)))
+    if not feats:
+        raise DataError(f"{where}: no feature columns left")
+    schema = Schema(features=tuple(feats), label=label, normal=tuple(normal),
+                    anomaly=None if anomaly is None else tuple(anomaly), site=site)
+    if sep is not None:
+        schema = replace(schema, csv=replace(schema.csv, sep=sep))
+    n_num, n_cat = len(schema.numeric), len(schema.categorical)
+    notes.insert(0, f"{len(feats)} features: {n_num} numeric, {n_cat} categorical")
+    return schema, notes
+
+
+def _read_text_frame(path: Path, sep: str | None):
+    """The file as text cells (for inference), with its separator sniffed from the header line."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: file is empty")
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return pd.read_parquet(path), None
+    if sep is None:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+        sep = max((",", ";", "\t", "|"), key=first.count)
+        if path.suffix.lower() == ".tsv":
+            sep = "\t"
+    try:
+        frame = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, na_values=[""], index_col=False)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
+        raise DataError(f"{path}: cannot read as a table ({' '.join(str(e).split())[:160]})") from None
+    if len(frame) == 0:
+        raise DataError(f"{path}: no data rows")
+    return frame, sep
+
+
+__all__ = ["DataSource", "infer_schema", "own_defaults", "prepare", "test_split", "upload_fraction"]

@@ -1,0 +1,76 @@
+"""Binding own data to a run: a :class:`~fedgca.data.own.DataSource` + options → a complete RunConfig.
+
+Built-in datasets carry their SPEC §8 presets; own data does not, so its C, K and ρ come from
+the data (:func:`fedgca.data.own.own_defaults`), the data's content digest is recorded in the
+config (never its path), and the values that were defaulted are logged and written to
+``summary.json`` (``data.defaulted``). The CLI, sweeps, ``compare`` and the Python API all bind
+through :func:`bind`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from fedgca.config import RunConfig, option_name
+from fedgca.data import DataError, DataSource, FederatedDataset, Schema
+from fedgca.data.own import own_defaults
+from fedgca.data.partition import natural_partition
+
+log = logging.getLogger("fedgca")
+
+
+def open_source(path, schema=None, *, test_file=None, test_split: str | None = None, name: str | None = None) \
+        -> DataSource:
+    """A DataSource from what a user types: a data path, a schema file (or Schema), test options."""
+    if path is None:
+        raise DataError("no data given")
+    if isinstance(schema, (str, Path)):
+        schema = Schema.load(schema)
+    if schema is None and Path(path).suffix.lower() not in (".mat", ".npz") and not _array_dir(Path(path)):
+        raise DataError(f"{path}: a schema is needed (--schema S.json; `fedgca schema infer {Path(path).name} "
+                        "--label COLUMN --normal VALUE` writes one)")
+    if schema is not None and (test_file is not None or test_split is not None):
+        schema = schema.with_test(test_split, None if test_file is None else Path(test_file).name)
+    if test_file is not None and schema is None:
+        raise DataError("--test-file needs a schema (an X/y file's test rows come from its own split)")
+    return DataSource(str(path), schema, name=name, test_path=None if test_file is None else str(test_file))
+
+
+def _array_dir(p: Path) -> bool:
+    return p.is_dir() and all(f.suffix.lower() in (".mat", ".npz") for f in p.iterdir() if f.is_file())
+
+
+def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None = None) \
+        -> tuple[RunConfig, FederatedDataset]:
+    """The resolved RunConfig of ``options`` on own data ``source``, and the loaded dataset.
+
+    Options left unset that own data has no preset for (clients, k, rho) are filled from the
+    data; ``dataset.info["defaulted"]`` names them.
+    """
+    values = {k: v for k, v in options.items() if v is not None}
+    values["dataset"] = source.label
+    cfg0 = RunConfig(**{"clients": 1, "k": 1, "rho": 1.0, **values, "data_digest": "-"})
+    ds = dataset or source.load(cfg0.seed)
+    n_sites = None
+    if cfg0.partition == "natural":
+        if ds.sites is None:
+            raise DataError(f"{source.label}: --partition natural needs a site column (the schema's \"site\") or a "
+                            "directory of per-site files")
+        parts, _ = natural_partition(ds.sites, ds.site_names, cfg0.batch_size, cfg0.small_sites)
+        n_sites = len(parts)
+    defaults = own_defaults(len(ds.train), n_sites, cfg0.partition)
+    defaulted = {k: v for k, v in defaults.items() if values.get(k) is None}
+    values.update(defaulted)
+    values["data_digest"] = ds.info.get("digest") or source.digest()
+    cfg = RunConfig(**values).resolved()
+    if defaulted:
+        ds.info["defaulted"] = dict(defaulted)
+        log.info("%s has no preset: %s (from the data; set them to override)", source.label,
+                 ", ".join(f"{option_name(k)} {v}" for k, v in defaulted.items()))
+    return cfg, ds
+
+
+def config_values(cfg: RunConfig) -> dict:
+    """A config's fields as options (for re-binding it on other data or another seed)."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}

@@ -1,0 +1,325 @@
+"""Own data end to end (issue #31): one data path for presets and own files, formats, partitions,
+dirty data, bad input, the Python API and sweeps — on the real files in shared/data."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedgca.cli.main import main
+from fedgca.data import DataError, DataSource, Schema, infer_schema, load_dataset
+from fedgca.data.partition import natural_partition
+from fedgca.data.presets import SCHEMAS, TRAIN_FILE
+from fedgca.data.table import table_from_frame
+
+FOUR = ("academic", "adult", "bank", "magic")
+
+
+def _preset_as_own(name: str, data_dir: Path, tmp_path: Path) -> DataSource:
+    """The preset's file given as own data, with its schema written to and read back from a JSON file."""
+    path = tmp_path / f"{name}.json"
+    SCHEMAS[name].save(path)
+    schema = Schema.load(path)
+    test = data_dir / name / schema.test_file if schema.test_file else None
+    return DataSource(str(data_dir / name / TRAIN_FILE[name]), schema, name=name,
+                      test_path=None if test is None else str(test))
+
+
+def _same_arrays(a, b, names: bool = True) -> None:
+    for k in ("train", "test_x", "test_y"):
+        assert getattr(a, k).dtype == getattr(b, k).dtype
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+    if names:
+        assert a.feature_names == b.feature_names
+
+
+@pytest.mark.parametrize("name", FOUR)
+def test_preset_is_own_data_with_its_schema(name, data_dir, tmp_path):
+    _same_arrays(load_dataset(name, data_dir), _preset_as_own(name, data_dir, tmp_path).load(100))
+
+
+def test_credit_fixture_preset_is_own_data(tmp_path):
+    from test_data_tabular import _write_credit
+
+    (tmp_path / "credit").mkdir()
+    _write_credit(tmp_path / "credit" / "creditcard.csv")
+    _same_arrays(load_dataset("credit", tmp_path, download=False),
+                 _preset_as_own("credit", tmp_path, tmp_path).load(100))
+
+
+def _run(args: list[str]) -> int:
+    return main(["run", "--threads", "1", *args])
+
+
+@pytest.mark.parametrize("name,epochs", [("academic", []), ("magic", []),
+                                         ("adult", ["--recon-epochs", "1", "--align-epochs", "1"]),
+                                         ("bank", ["--recon-epochs", "1", "--align-epochs", "1"])])
+def test_preset_and_own_data_give_identical_metrics(name, epochs, data_dir, tmp_path):
+    """R = 2, seed 100: `--dataset NAME` and the same file as `--data` with `fedgca schema show NAME`."""
+    from fedgca.config import DATASET_PRESETS
+
+    assert main(["schema", "show", name, "--out", str(tmp_path / "s.json")]) == 0
+    p = DATASET_PRESETS[name]
+    common = ["--rounds", "2", "--seed", "100", *epochs]
+    assert _run(["--dataset", name, "--data-dir", str(data_dir), "--out", str(tmp_path / "a"), *common]) == 0
+    own = ["--data", str(data_dir / name / TRAIN_FILE[name]), "--schema", str(tmp_path / "s.json"),
+           "--clients", str(p["clients"]), "--k", str(p["k"]), "--rho", str(p["rho"])]
+    if SCHEMAS[name].test_file:
+        own += ["--test-file", str(data_dir / name / SCHEMAS[name].test_file)]
+    assert _run([*own, "--out", str(tmp_path / "b"), *common]) == 0
+    assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
+    assert (tmp_path / "a" / "test_rows.csv").read_bytes() == (tmp_path / "b" / "test_rows.csv").read_bytes()
+
+
+# --------------------------------------------------------------------------- research formats
+
+
+@pytest.mark.parametrize("suffix", [".mat", ".npz"])
+def test_odds_mat_and_adbench_npz_equal_the_csv_path(suffix, data_dir, tmp_path):
+    from scipy.io import savemat
+
+    schema = SCHEMAS["magic"]
+    raw = pd.read_csv(data_dir / "magic" / "magic04.data", header=None, names=list(schema.csv.names))
+    X = raw[schema.columns].to_numpy(dtype=np.float64)
+    y = (raw["class"] == "h").to_numpy().astype(np.int64)
+    path = tmp_path / f"magic{suffix}"
+    if suffix == ".mat":
+        savemat(path, {"X": X, "y": y.reshape(-1, 1)})
+    else:
+        np.savez(path, X=X, y=y)
+    csv_path = DataSource(str(data_dir / "magic" / "magic04.data"), schema.with_test("balanced"), name="m")
+    array_path = DataSource(str(path), name="m")
+    for seed in (100, 200):
+        a, b = csv_path.load(seed), array_path.load(seed)
+        _same_arrays(a, b, names=False)  # X/y files name their columns x0, x1, ...
+        assert [f"x{schema.columns.index(c)}" for c in a.feature_names] == b.feature_names
+
+
+def test_array_files_without_x_or_y_are_refused(tmp_path):
+    np.savez(tmp_path / "a.npz", features=np.zeros((3, 2)))
+    with pytest.raises(DataError, match=r"a\.npz: no array X or y"):
+        DataSource(str(tmp_path / "a.npz")).load()
+    from scipy.io import savemat
+
+    savemat(tmp_path / "b.mat", {"X": np.zeros((3, 2))})
+    with pytest.raises(DataError, match=r"b\.mat: no array y"):
+        DataSource(str(tmp_path / "b.mat")).load()
+
+
+# --------------------------------------------------------------------------- split and partitions
+
+
+def _bank_job(data_dir, tmp_path, **kw) -> DataSource:
+    schema, _ = infer_schema(data_dir / "bank" / "bank-full.csv", label="y", normal=["no"], site="job", **kw)
+    return DataSource(str(data_dir / "bank" / "bank-full.csv"), schema, name="bankjob")
+
+
+def test_balanced_split_is_drawn_with_the_seed_and_recorded(data_dir, tmp_path):
+    src = _bank_job(data_dir, tmp_path)
+    a, b, a2 = src.load(100), src.load(200), src.load(100)
+    assert a.info["n_anomalies"] == a.info["n_test_normals"] == 5289
+    assert not np.array_equal(a.info["test_rows"], b.info["test_rows"])
+    np.testing.assert_array_equal(a.info["test_rows"], a2.info["test_rows"])
+    y = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";")["y"].to_numpy()
+    assert (y[a.info["test_rows"]] == "yes").sum() == 5289  # the recorded rows are the test set's
+    assert len(a.train) + len(a.test_x) == len(y)
+
+
+def test_natural_partition_one_client_per_site(data_dir, tmp_path):
+    ds = _bank_job(data_dir, tmp_path).load(100)
+    parts, names = natural_partition(ds.sites, ds.site_names, 50)
+    assert names == ds.site_names and len(parts) == 12
+    assert sorted(np.concatenate(parts).tolist()) == list(range(len(ds.train)))
+    for p, j in zip(parts, range(12)):
+        assert (ds.sites[p] == j).all()
+
+
+def test_small_sites_error_drop_merge():
+    sites, names = np.array([0] * 60 + [1] * 10 + [2] * 55 + [3] * 45), ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match=r"'b' \(10\), 'd' \(45\)"):
+        natural_partition(sites, names, 50)
+    parts, kept = natural_partition(sites, names, 50, "drop")
+    assert kept == ["a", "c"] and [len(p) for p in parts] == [60, 55]
+    parts, kept = natural_partition(sites, names, 50, "merge")
+    assert kept == ["a", "c", "b+d"] and [len(p) for p in parts] == [60, 55, 55]
+
+
+def test_directory_of_site_files_is_the_natural_layout(data_dir, tmp_path):
+    raw = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";")
+    site_dir = tmp_path / "sites"
+    site_dir.mkdir()
+    for job in ("admin.", "technician", "services"):
+        raw[raw["job"] == job].drop(columns=["job"]).to_csv(site_dir / f"{job.rstrip('.')}.csv", index=False, sep=";")
+    schema, _ = infer_schema(site_dir / "admin.csv", label="y", normal="no")
+    ds = DataSource(str(site_dir), schema, name="sites").load(100)
+    assert ds.site_names == ["admin", "services", "technician"]
+    assert len(ds.train) + len(ds.test_x) == int(raw["job"].isin(["admin.", "technician", "services"]).sum())
+
+
+# --------------------------------------------------------------------------- dirty data
+
+
+def _dirty_frame() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    n = 400
+    df = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n), "const": 1.0,
+                       "colour": rng.choice(["red", "blue", "green"], size=n),
+                       "id": [f"row{i}" for i in range(n)], "label": np.where(np.arange(n) % 8 == 0, "bad", "ok")})
+    df.loc[[3, 7, 11], "a"] = np.nan
+    df.loc[[5], "colour"] = None
+    return df
+
+
+def test_dirty_data_rules():
+    df = _dirty_frame()
+    schema, notes = infer_schema(df, label="label", normal="ok", max_categories=100)
+    assert [f.name for f in schema.features] == ["a", "b", "const", "colour"]  # 'id': 400 distinct texts
+    assert any("'id'" in n for n in notes)
+    assert schema.categories["colour"] == ["MISSING", "blue", "green", "red"]
+    ds = DataSource(schema=schema, frame=df, name="dirty").load(100)
+    pre = ds.preprocessor
+    train_rows = np.setdiff1d(np.arange(len(df)), ds.info["test_rows"])
+    a = df["a"].to_numpy()[train_rows]
+    assert pre.fill_["a"] == pytest.approx(np.nanmean(a), rel=1e-12)  # impute: the training normals' mean
+    assert np.isfinite(ds.train).all() and ds.info["imputed_training_cells"]["a"] >= 1
+    j = pre.kept_columns_.index("const")
+    assert pre.std_[j] == 1.0 and (ds.train[:, j] == 0).all()  # a constant column: std 1, always 0
+    # scoring applies the same fitted rules: an empty cell and an unseen category are fine
+    new = pd.DataFrame({"a": [np.nan], "b": [0.0], "const": [1.0], "colour": ["purple"], "id": ["x"]})
+    t = table_from_frame(new, schema, require_label=False)
+    x = pre.transform(t.features)
+    assert np.isfinite(x).all()
+    assert x[0, pre.kept_columns_.index("a")] == pytest.approx(0.0, abs=1e-6)  # the mean, standardised
+    assert x[0, pre.kept_columns_.index("colour")] == pytest.approx(
+        (4 - pre.mean_[pre.kept_columns_.index("colour")]) / pre.std_[pre.kept_columns_.index("colour")])
+    json.dumps(pre.to_dict())  # a detector can store it
+
+
+# --------------------------------------------------------------------------- bad input: one line, exit 2, nothing written
+
+
+def _bad_inputs(tmp_path: Path, data_dir: Path) -> dict[str, tuple[list[str], str]]:
+    bank = data_dir / "bank" / "bank-full.csv"
+    raw = pd.read_csv(bank, sep=";")
+    good = tmp_path / "good.json"
+    _bank_job(data_dir, tmp_path).schema.save(good)
+    d = json.loads(good.read_text())
+
+    def schema_with(**changes) -> str:
+        p = tmp_path / f"s{len(list(tmp_path.glob('s*.json')))}.json"
+        p.write_text(json.dumps({**d, **changes}))
+        return str(p)
+
+    def csv_with(name: str, frame: pd.DataFrame) -> str:
+        frame.to_csv(tmp_path / name, sep=";", index=False)
+        return str(tmp_path / name)
+
+    small = raw.head(3000).copy()
+    inf = small.copy()
+    inf["balance"] = inf["balance"].astype(float)
+    inf.loc[10, "balance"] = np.inf
+    text = small.copy()
+    text["balance"] = text["balance"].astype(object)
+    text.loc[[10, 12], "balance"] = "n/k"
+    one_site = small.assign(job="admin.")
+    tiny = small  # its first 3,000 rows hold few housemaids, students and unknowns
+    (tmp_path / "empty.csv").write_text("")
+    np.savez(tmp_path / "noxy.npz", data=np.zeros((4, 2)))
+    test_normals = csv_with("test_normals.csv", raw[raw["y"] == "no"].head(50))
+    scored = csv_with("scored.csv", raw.drop(columns=["balance", "y"]).head(5))
+    run = ["--rounds", "1", "--recon-epochs", "1", "--align-epochs", "0", "--partition", "natural"]
+    return {
+        "missing label column": (["--data", str(bank), "--schema", schema_with(label={"column": "answer",
+                                  "normal": ["no"]}), *run], "missing label column 'answer'"),
+        "label values not present": (["schema-infer", str(bank), "--label", "y", "--normal", "nope"],
+                                     "column 'y' has no value 'nope'"),
+        "no normal rows": (["--data", str(bank), "--schema", schema_with(label={"column": "y", "normal": ["maybe"],
+                            "anomaly": ["yes", "no"]}), *run], "no normal rows"),
+        "no anomalies in the test set": (["--data", str(bank), "--schema", str(good), "--test-file", test_normals,
+                                          *run], "test_normals.csv: no anomalies"),
+        "site smaller than a batch": (["--data", csv_with("tiny.csv", tiny), "--schema", str(good), *run],
+                                      "site(s) 'housemaid' (27), 'student' (34), 'unknown' (10) have fewer training "
+                                      "normals than one batch (B = 50)"),
+        "one site, federated method": (["--data", csv_with("one.csv", one_site), "--schema", str(good), *run],
+                                       "one client (one site)"),
+        "inf in a column": (["--data", csv_with("inf.csv", inf), "--schema", str(good), *run],
+                            "column 'balance': infinite value"),
+        "text in a numeric column": (["--data", csv_with("text.csv", text), "--schema", str(good), *run],
+                                     "line 12: column 'balance': text in a numeric column ('n/k'; 2 rows in all)"),
+        "empty file": (["--data", str(tmp_path / "empty.csv"), "--schema", str(good), *run], "empty.csv: file is empty"),
+        "npz without X/y": (["--data", str(tmp_path / "noxy.npz"), "--rounds", "1"], "noxy.npz: no array X or y"),
+        "schema does not match the file": (["--data", str(data_dir / "magic" / "magic04.data"), "--schema", str(good),
+                                            *run], "the schema does not match the file"),
+        "scored columns do not match the detector": (["score", "--run", str(tmp_path / "finished"), "--client", "0",
+                                                      "--input", scored], "scored.csv: missing column(s) 'balance'"),
+    }
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(data_dir, tmp_path, capsys):
+    cases = _bad_inputs(tmp_path, data_dir)
+    # a finished own-data run to score against
+    good = str(tmp_path / "good.json")
+    assert _run(["--data", str(data_dir / "bank" / "bank-full.csv"), "--schema", good, "--rounds", "1",
+                 "--recon-epochs", "1", "--align-epochs", "0", "--out", str(tmp_path / "finished")]) == 0
+    capsys.readouterr()
+    for what, (args, fragment) in cases.items():
+        out = tmp_path / "out" / what.replace(" ", "_").replace("/", "_")
+        if args[0] == "score":
+            argv = args
+        elif args[0] == "schema-infer":
+            argv = ["schema", "infer", *args[1:], "--out", str(out)]
+        else:
+            argv = ["run", "--threads", "1", *args, "--out", str(out)]
+        assert main(argv) == 2, what
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("fedgca: error: "), (what, err)
+        assert fragment in err, (what, err)
+        assert not out.exists(), what
+
+
+# --------------------------------------------------------------------------- Python API, compare, sweep, score
+
+
+def test_python_api_on_a_dataframe(data_dir, tmp_path):
+    import fedgca
+
+    df = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";")
+    data = fedgca.load_data(df, label="y", normal="no", site="job", name="bankjob")
+    r = fedgca.run(data, method="gca", partition="natural", rounds=1, recon_epochs=1, align_epochs=1,
+                   out=tmp_path / "r")
+    assert r.summary["clients"] == 12 and r.summary["data"]["defaulted"] == {"clients": 12, "k": 10, "rho": 0.1}
+    assert r.summary["data"]["client_sites"][3] == "housemaid"
+    assert list(r.metrics["phase"])[-1] == "round"
+    rows = df.drop(columns=["y"]).iloc[:20]
+    det = r.detectors[3]
+    scores = det.decision_function(rows)
+    np.testing.assert_array_equal(det.predict(rows), (scores > det.threshold_).astype(int))
+    # the same rows as a file, scored by the CLI, give the same scores
+    rows.to_csv(tmp_path / "new.csv", index=False)  # a schema inferred from a DataFrame reads ','-separated files
+    assert main(["score", "--run", str(tmp_path / "r"), "--client", "3", "--input", str(tmp_path / "new.csv"),
+                 "--output", str(tmp_path / "scores.csv")]) == 0
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "scores.csv")["score"], scores, rtol=1e-5)
+
+
+def test_compare_and_sweep_on_own_data(data_dir, tmp_path):
+    import fedgca
+    from fedgca.experiments import sweep
+
+    schema = tmp_path / "bankjob.json"
+    _bank_job(data_dir, tmp_path).schema.save(schema)
+    table = fedgca.compare(fedgca.load_data(data_dir / "bank" / "bank-full.csv", schema, name="bankjob"),
+                           methods=["single", "gca"], seeds=[100], partition="natural", rounds=1, recon_epochs=1,
+                           align_epochs=1, local_epochs=1, out=tmp_path / "cmp", workers=0)
+    assert list(table["method"]) == ["single", "gca"] and (table["seeds"] == 1).all()
+    toml = tmp_path / "s.toml"
+    toml.write_text(f'data = "{data_dir / "bank" / "bank-full.csv"}"\nschema = "{schema}"\ndata_name = "bankjob"\n'
+                    '[base]\nrounds = 1\nrecon_epochs = 1\nalign_epochs = 1\nlocal_epochs = 1\npartition = "natural"\n'
+                    '[[grid]]\nmethod = ["single", "gca"]\nseed = 100\n')
+    spec = sweep.load_spec(toml)
+    assert [c.clients for c in spec.configs] == [12, 12] and spec.configs[0].data_digest
+    # the sweep and compare name the same runs: nothing is run again
+    res = sweep.run_sweep(spec.configs, tmp_path / "cmp", workers=0, data_dir=spec.data)
+    assert res["skipped"] == 2 and res["finished"] == 0
