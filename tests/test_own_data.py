@@ -323,3 +323,18 @@ def test_compare_and_sweep_on_own_data(data_dir, tmp_path):
     # the sweep and compare name the same runs: nothing is run again
     res = sweep.run_sweep(spec.configs, tmp_path / "cmp", workers=0, data_dir=spec.data)
     assert res["skipped"] == 2 and res["finished"] == 0
+
+
+def test_blocked_column_statistics_equal_numpy_bit_for_bit():
+    """The standardisation's mean and std come from blocks of rows (no full-size temporary) and must be
+    numpy's X.mean(axis=0) / X.std(axis=0) exactly — the presets' arrays depend on it."""
+    from fedgca.data.tabular import column_mean_std, moments
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200_003, 7)) * rng.exponential(size=7) * 1e3 + 7.0
+    mean, std = column_mean_std(X, block=4096)
+    np.testing.assert_array_equal(mean, X.mean(axis=0))
+    np.testing.assert_array_equal(std, X.std(axis=0))
+    n, m, m2 = moments(X, block=4096)
+    Xc = X - X.mean(axis=0)
+    np.testing.assert_allclose(m2, Xc.T @ Xc, rtol=1e-10)

@@ -41,7 +41,7 @@ from .table import (
     table_from_arrays,
     table_from_frame,
 )
-from .tabular import TabularPreprocessor
+from .tabular import TabularPreprocessor, encode_columns
 
 pd = LazyModule("pandas")
 
@@ -207,6 +207,8 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
     if table.labels is None:
         raise DataError(f"{where}: no label column: fedgca needs labels to split off a test set and evaluate "
                         "(a deployment without labels is `fedgca flower` with own data)")
+    pre = TabularPreprocessor(schema.corr_threshold, schema.categories)
+    columns = list(schema.columns)
     if test is not None:
         y = table.labels
         train_rows = np.flatnonzero(schema.is_normal(y).to_numpy())
@@ -215,23 +217,33 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         _require_classes(y, schema, train_rows, [0], where)
         _require_classes(test.labels, schema, tnormal, tanomaly, ", ".join(test.files))
         test_rows = np.sort(np.concatenate([tnormal, tanomaly]))
-        X_test, y_test = test.features.iloc[test_rows], test.labels.iloc[test_rows]
+        y_test = test.labels.iloc[test_rows]
         rule = f"provided {', '.join(test.files)}, all rows"
         files = [*table.files, *test.files]
+        categories = pre._categories(table.features, columns, train_rows)
+        X_train = encode_columns(table.features.iloc[train_rows], columns, categories)
+        X_test = encode_columns(test.features.iloc[test_rows], columns, categories)
     else:
         train_rows, test_rows, rule = test_split(table.labels, schema, seed, where)
-        X_test, y_test = table.features.iloc[test_rows], table.labels.iloc[test_rows]
+        y_test = table.labels.iloc[test_rows]
         files = list(table.files)
-    X_train = table.features.iloc[train_rows].reset_index(drop=True)
-    pre = TabularPreprocessor(schema.corr_threshold, schema.categories).fit(X_train)
+        # encode every row once, then split the matrix (no copy of the raw frame, no second encoding pass)
+        categories = pre._categories(table.features, columns, train_rows)
+        X_all = encode_columns(table.features, columns, categories)
+        X_train, X_test = X_all[train_rows], X_all[test_rows]
+        del X_all
+    imputed = {c: int(np.isnan(X_train[:, j]).sum()) for j, c in enumerate(columns)
+               if c not in categories and np.isnan(X_train[:, j]).any()}
+    train = pre.fit_transform_encoded(X_train, columns, categories)
+    del X_train
+    test_x = pre.transform_encoded(X_test)
     test_y = schema.is_anomaly(y_test).to_numpy().astype(np.int64)
     sites = site_names = None
     if table.sites is not None:
         codes, uniques = pd.factorize(table.sites.iloc[train_rows], sort=True)
         sites, site_names = codes.astype(np.int64), [str(u) for u in uniques]
-    imputed = {c: int(X_train[c].isna().sum()) for c in schema.numeric if X_train[c].isna().any()}
     info = {
-        **split_info(len(X_train), test_y, files, rule),
+        **split_info(len(train), test_y, files, rule),
         "normal": list(schema.normal),
         "anomaly": list(schema.anomaly) if schema.anomaly is not None else "every other label value",
         "raw_columns": list(schema.columns),
@@ -243,8 +255,7 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
     if imputed:
         info["imputed_training_cells"] = imputed
     return FederatedDataset(
-        name=name, kind="tabular", train=pre.transform(X_train),
-        test_x=pre.transform(X_test.reset_index(drop=True)), test_y=test_y, preprocessor=pre,
+        name=name, kind="tabular", train=train, test_x=test_x, test_y=test_y, preprocessor=pre,
         feature_names=list(pre.kept_columns_), info=info, schema=schema, sites=sites, site_names=site_names,
     )
 

@@ -259,14 +259,15 @@ def _finish(frame, schema: Schema, where: str, line_of, require_label: bool, fil
             na = col.isna().to_numpy()
             if na.any() and schema.missing == "error":
                 raise _missing_error(where, line_of, feats, schema)
-            text = col.astype(object).where(~na, MISSING_CATEGORY)
-            out[f.name] = text.astype(str).str.strip().astype(object).to_numpy()
-    X = pd.DataFrame(out, columns=schema.columns)
+            # pandas' string dtype throughout (arrow-backed): no Python object per cell
+            out[f.name] = col.astype(str).where(~na, MISSING_CATEGORY).str.strip()
+    X = pd.DataFrame({c: v.reset_index(drop=True) if isinstance(v, pd.Series) else v for c, v in out.items()},
+                     columns=schema.columns)
     labels = _labels(frame, schema, where, line_of, require_label)
     sites = None
     if schema.site is not None and schema.site in frame.columns:
         s = frame[schema.site].reset_index(drop=True)
-        sites = s.astype(object).where(s.notna(), MISSING_CATEGORY).astype(str).str.strip()
+        sites = s.astype(str).where(s.notna(), MISSING_CATEGORY).str.strip()
     return RawTable(X, labels, sites, files, schema)
 
 
@@ -306,7 +307,7 @@ def _labels(frame, schema: Schema, where: str, line_of, require_label: bool):
             rows = np.flatnonzero(unknown.to_numpy())
             raise DataError(f"{where}: {line_of(rows[0])}unknown {schema.label!r} value {y.iloc[rows[0]]!r}"
                             f"{_rows_text(rows.size)} (expected one of {', '.join(known)})")
-    return y.astype(object).rename(schema.label)
+    return y.rename(schema.label)
 
 
 # --------------------------------------------------------------------------- arrays (.mat / .npz / NumPy)

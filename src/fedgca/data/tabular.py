@@ -40,25 +40,38 @@ def encode_columns(df: pd.DataFrame, columns: list[str], categories: dict[str, l
     return out
 
 
-def fill_values(df: pd.DataFrame, numeric: list[str]) -> dict[str, float]:
-    """Each numeric column's imputation value: the mean of its non-empty training cells (0 if none)."""
-    out = {}
-    for c in numeric:
-        v = df[c].to_numpy(dtype=np.float64)
-        ok = ~np.isnan(v)
-        out[c] = float(v[ok].mean()) if ok.any() else 0.0
-    return out
-
-
-def moments(X: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+def moments(X: np.ndarray, block: int = 65536) -> tuple[int, np.ndarray, np.ndarray]:
     """(n, column means, centred scatter matrix) of the rows — all the preprocessing fit needs.
 
-    A Flower node shares exactly these (``fedgca.flower.owndata.local_stats``).
+    A Flower node shares exactly these (``fedgca.flower.owndata.local_stats``). The scatter matrix
+    is summed over blocks of rows, so no centred copy of X is made.
     """
     X = np.asarray(X, dtype=np.float64)
     mean = X.mean(axis=0)
-    Xc = X - mean
-    return len(X), mean, Xc.T @ Xc
+    m2 = np.zeros((X.shape[1], X.shape[1]))
+    for start in range(0, len(X), block):
+        Xc = X[start:start + block] - mean
+        m2 += Xc.T @ Xc
+    return len(X), mean, m2
+
+
+def column_mean_std(X: np.ndarray, block: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """``X.mean(axis=0)`` and ``X.std(axis=0)`` (population), bit for bit, without a full-size temporary.
+
+    numpy reduces a C-ordered matrix over axis 0 row after row; carrying the running sum into each
+    block's reduction as its first row keeps exactly that order (tested against numpy).
+    """
+    def column_sum(f):
+        acc = None
+        for start in range(0, len(X), block):
+            part = f(X[start:start + block])
+            acc = np.add.reduce(part if acc is None else np.concatenate([acc[None], part]), axis=0)
+        return acc
+
+    n = len(X)
+    mean = column_sum(lambda b: b) / n
+    var = column_sum(lambda b: np.square(b - mean)) / n
+    return mean, np.sqrt(var)
 
 
 def constant_columns(n: int, mean: np.ndarray, m2: np.ndarray) -> np.ndarray:
@@ -112,24 +125,72 @@ class TabularPreprocessor:
 
     def fit(self, df: pd.DataFrame) -> TabularPreprocessor:
         columns = [str(c) for c in df.columns]
-        categorical = [c for c in columns if not pd.api.types.is_numeric_dtype(df[c])]
+        categories = self._categories(df, columns, np.arange(len(df)))
+        self._fit_encoded(encode_columns(df, columns, categories), columns, categories)
+        return self
+
+    def _categories(self, df: pd.DataFrame, columns: list[str], rows: np.ndarray) -> dict[str, list[str]]:
+        """Each categorical (non-numeric) column's list: the schema's, else the sorted values of ``rows``."""
         fixed = self.categories or {}
-        self.columns_ = columns
-        self.categories_ = {c: list(fixed[c]) if c in fixed else sorted(df[c].astype(str).unique().tolist())
-                            for c in categorical}
-        self.fill_ = fill_values(df, [c for c in columns if c not in self.categories_])
-        X = encode_columns(df, columns, self.categories_, self.fill_)
+        out = {}
+        for c in columns:
+            if not pd.api.types.is_numeric_dtype(df[c]):
+                out[c] = list(fixed[c]) if c in fixed else sorted(df[c].iloc[rows].astype(str).unique().tolist())
+        return out
+
+    def _fit_encoded(self, X: np.ndarray, columns: list[str], categories: dict[str, list[str]]) -> np.ndarray:
+        """Fit on encoded training rows X (float64, NaN where a numeric cell was empty); impute X in place and
+        return X[:, kept] (a view when every column is kept)."""
+        self.columns_, self.categories_ = columns, categories
+        numeric = [j for j, c in enumerate(columns) if c not in categories]
+        self.fill_ = {}
+        for j in numeric:  # SimpleImputer(strategy="mean"): the mean of the non-empty training cells
+            v = X[:, j]
+            ok = ~np.isnan(v)
+            self.fill_[columns[j]] = float(v[ok].mean()) if ok.any() else 0.0
+            if not ok.all():
+                v[~ok] = self.fill_[columns[j]]
         n, mean, m2 = moments(X)
         constant = constant_columns(n, mean, m2)
         keep = correlation_filter(abs_correlation(m2, constant), self.corr_threshold)
         self.kept_columns_ = [columns[j] for j in keep]
         self.dropped_columns_ = [c for c in columns if c not in self.kept_columns_]
-        Xk = X[:, keep]
-        std = Xk.std(axis=0)
+        Xk = X if keep == list(range(len(columns))) else X[:, keep]
+        self.mean_, std = column_mean_std(Xk)
         std[constant[keep]] = 1.0
-        self.mean_ = Xk.mean(axis=0)
         self.std_ = std
-        return self
+        return Xk
+
+    def fit_transform_encoded(self, X: np.ndarray, columns: list[str], categories: dict[str, list[str]]) \
+            -> np.ndarray:
+        """fit + transform of encoded training rows, in place (X is consumed): the float32 model inputs.
+        Bit-identical to ``fit(df).transform(df)``; one encoding pass and no full-size temporaries."""
+        return self._standardise(self._fit_encoded(X, columns, categories))
+
+    def transform_encoded(self, X: np.ndarray) -> np.ndarray:
+        """Rows encoded over ``columns_`` with ``categories_`` (as at fitting) -> float32 model inputs."""
+        idx = [self.columns_.index(c) for c in self.kept_columns_]
+        Xk = X[:, idx]
+        for j, c in enumerate(self.kept_columns_):
+            if c in self.fill_:
+                v = Xk[:, j]
+                nan = np.isnan(v)
+                if nan.any():
+                    v[nan] = self.fill_[c]
+        return self._checked(self._standardise(Xk))
+
+    def _standardise(self, X: np.ndarray) -> np.ndarray:
+        X -= self.mean_  # in place: the same arithmetic as (X - mean) / std, without temporaries
+        X /= self.std_
+        return X.astype(np.float32)
+
+    @staticmethod
+    def _checked(x: np.ndarray) -> np.ndarray:
+        finite = np.isfinite(x).all(axis=1)
+        if not finite.all():
+            row = int(np.flatnonzero(~finite)[0])
+            raise DataError(f"input rows: row {row + 1} has a missing or non-finite value")
+        return x
 
     def transform(self, df: pd.DataFrame) -> np.ndarray:
         """Raw feature frame -> float32 model inputs [len(df), len(kept_columns_)]."""
@@ -138,10 +199,7 @@ class TabularPreprocessor:
             raise DataError(f"input rows lack column(s) {', '.join(map(repr, missing))}")
         cats = {c: v for c, v in self.categories_.items() if c in self.kept_columns_}
         X = encode_columns(df, self.kept_columns_, cats, self.fill_)
-        if not np.isfinite(X).all():
-            row = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
-            raise DataError(f"input rows: row {row + 1} has a missing or non-finite value")
-        return ((X - self.mean_) / self.std_).astype(np.float32)
+        return self._checked(self._standardise(X))
 
     def fit_transform(self, df: pd.DataFrame) -> np.ndarray:
         return self.fit(df).transform(df)
