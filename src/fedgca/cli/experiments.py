@@ -105,8 +105,8 @@ def _register_sweep_report_comm(sub) -> None:
     p.add_argument("--no-plots", action="store_true")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("scorecard", help="every cell of the paper's IID table beside fedgca's runs, and the "
-                                         "paper's claims (SCORECARD.md)",
+    p = sub.add_parser("scorecard", help="every cell of the paper's tables (IID, K sweeps per backend, weighting, "
+                                         "non-IID, communication) beside fedgca's runs, and the paper's claims",
                        description="Compare the finished runs under DIR (summary.json files and runs.csv tables) "
                                    "cell by cell with the paper's published figures (packaged reference data).")
     p.add_argument("dir", help="directory tree holding runs or result tables")
@@ -199,7 +199,7 @@ def cmd_scorecard(args) -> int:
     else:
         out = scorecard.write_scorecard(args.dir, args.out, data_dir=args.data_dir)
     print(out.read_text())
-    print(f"scorecard written to {out} (and {out.with_suffix('.csv').name})", file=sys.stderr)
+    print(f"scorecard written to {out} (and {out.with_suffix('.csv').name}, {out.stem}_tables.csv)", file=sys.stderr)
     return 0
 
 

@@ -1,4 +1,7 @@
-"""``fedgca scorecard DIR``: every cell of the paper's IID table beside fedgca's runs, and the paper's claims.
+"""``fedgca scorecard DIR``: every cell of the paper's tables beside fedgca's runs, and the paper's claims.
+
+The IID table is here; the K sweeps per backend, the weighting ablation, the non-IID comparison and
+communication are :mod:`fedgca.reporting.scorecard_tables`, each cell judged by :func:`verdict`.
 
 The paper's figures (``paper_reference/``, with their provenance) are the target of the
 comparison only. fedgca's cells come from the finished runs under DIR — ``summary.json`` files,
@@ -328,8 +331,12 @@ def build(root, comm_rows: list[dict] | None = None) -> dict:
                           "fedgca_std": c["std"] if c else None, "seeds": c["n"] if c else 0,
                           "k": c["k"] if c else None, "delta": delta, "verdict": verdict(d, delta, rounds),
                           "rounds": rounds, "own_k_star": c.get("own_k_star") if c else None})
-    return {"table": table, "claims": claims(paper, cells, attacks, paper_comm, comm_rows), "datasets": datasets,
-            "coverage": coverage(runs, datasets, order), **honest(root, paper, cells, order, datasets)}
+    from fedgca.reporting import scorecard_tables
+
+    more = scorecard_tables.build(runs, Path(root), comm_rows, lambda d, delta: verdict(d, delta), ROUNDS, SEEDS)
+    return {"table": table, "claims": claims(paper, cells, attacks, paper_comm, comm_rows) + more["more_claims"],
+            "datasets": datasets, "coverage": coverage(runs, datasets, order),
+            **honest(root, paper, cells, order, datasets), "more": more}
 
 
 def honest(root, paper: dict, cells: dict, order: list[str], datasets: list[str]) -> dict:
@@ -435,6 +442,8 @@ def _fmt(mean, std, n=None) -> str:
 
 
 def render(data: dict, source: str) -> str:
+    from fedgca.reporting import scorecard_tables
+
     rows = data["table"]
     head = ["dataset", "method", "paper", "fedgca", "Δ (pp)", "verdict"]
     body = [[r["dataset"], methods.get(r["method"]).label + (f" (K*={r['k']})" if r["method"] == "gca" and r["k"]
@@ -462,7 +471,10 @@ def render(data: dict, source: str) -> str:
         markdown(head, body),
         ("GCA's cells use the paper's K* (SPEC's presets). Where fedgca's own K* rule (best mean peak among the K "
          "run) picks another K: " + "; ".join(own) + ".\n") if own else "", "## The paper's claims", "",
+        "Each claim of the paper's text, checked on the datasets fedgca has run (the tables below give the cells).",
+        "",
         markdown(["claim", "paper", "fedgca", "status"], claims_body), "",
+        *(scorecard_tables.render(data["more"], data["datasets"]) if data.get("more") else []),
         *_render_honest(data),
         *_render_coverage(data),
     ])
@@ -528,4 +540,8 @@ def write_scorecard(root, out=None, data_dir=None) -> Path:
              "own_k_star": r["own_k_star"]["k"] if r.get("own_k_star") else None,
              "own_k_star_mean": r["own_k_star"]["mean"] if r.get("own_k_star") else None} for r in data["table"]]
     out.with_suffix(".csv").write_text(dicts_csv(flat, list(flat[0])))
+    from fedgca.reporting import scorecard_tables
+
+    more = scorecard_tables.flat_rows(data["more"])
+    out.with_name(out.stem + "_tables.csv").write_text(dicts_csv(more, list(more[0])))
     return out
