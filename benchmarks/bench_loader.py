@@ -74,8 +74,10 @@ def make_file(directory: Path, rows: int, cols: int) -> tuple[Path, Path]:
     return path, schema_path
 
 
-def measure(code: str, *args: str) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+def measure(code: str, *args: str, blas_threads: str | None = None) -> dict:
+    env = dict(os.environ)
+    if blas_threads:  # as a fedgca run loads its data: one BLAS thread (fedgca.threads.limit_threads)
+        env.update(OPENBLAS_NUM_THREADS=blas_threads, MKL_NUM_THREADS=blas_threads)
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
     if out.returncode:
         raise SystemExit(out.stderr)
@@ -95,7 +97,7 @@ def main() -> int:
     runs = {"pandas": [], "fedgca": []}
     for _ in range(args.repeat):  # alternate, so that load on a shared machine hits both alike
         runs["pandas"].append(measure(PANDAS, str(path)))
-        runs["fedgca"].append(measure(FEDGCA, str(path), str(schema)))
+        runs["fedgca"].append(measure(FEDGCA, str(path), str(schema), blas_threads="1"))
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("seconds", "peak_mib")} for k, v in runs.items()}
     f32 = runs["fedgca"][0]["float32_mib"]
     load = os.getloadavg()

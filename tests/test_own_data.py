@@ -338,3 +338,23 @@ def test_blocked_column_statistics_equal_numpy_bit_for_bit():
     n, m, m2 = moments(X, block=4096)
     Xc = X - X.mean(axis=0)
     np.testing.assert_allclose(m2, Xc.T @ Xc, rtol=1e-10)
+
+
+def test_streamed_large_csv_equals_the_frame_path(data_dir, tmp_path, monkeypatch):
+    """Large plain CSVs are streamed into one matrix (data.table.read_training_file); forced on bank, the arrays
+    are the frame path's bit for bit, and a bad cell falls back to the frame path and its one-line error."""
+    import fedgca.data.table as table
+
+    src = _bank_job(data_dir, tmp_path)
+    frame_path = src.load(100)
+    monkeypatch.setattr(table, "STREAM_MIN_BYTES", 0)
+    assert table.read_training_file(src.path, src.schema).matrix is not None
+    _same_arrays(frame_path, src.load(100))
+    np.testing.assert_array_equal(frame_path.sites, src.load(100).sites)
+    _same_arrays(load_dataset("bank", data_dir), _preset_as_own("bank", data_dir, tmp_path).load(100))
+    raw = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";").head(2000)
+    raw["balance"] = raw["balance"].astype(object)
+    raw.loc[7, "balance"] = "n/k"
+    raw.to_csv(tmp_path / "bad.csv", sep=";", index=False)
+    with pytest.raises(DataError, match=r"bad\.csv: line 9: column 'balance': text in a numeric column"):
+        DataSource(str(tmp_path / "bad.csv"), src.schema).load(100)

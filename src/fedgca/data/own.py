@@ -38,10 +38,11 @@ from .table import (
     RawTable,
     read_directory,
     read_file,
+    read_training_file,
     table_from_arrays,
     table_from_frame,
 )
-from .tabular import TabularPreprocessor, encode_columns
+from .tabular import TabularPreprocessor, category_codes, encode_columns
 
 pd = LazyModule("pandas")
 
@@ -94,7 +95,7 @@ class DataSource:
                     else (schema.test_file if schema is not None else None)
                 table = read_directory(path, schema, exclude=(test_name,) if test_name else ())
             elif path.exists() or path.suffix.lower() in ARRAY_FILES:
-                table = read_file(path, schema)
+                table = read_training_file(path, schema)
             else:
                 raise DataError(f"{path}: no such file or directory")
         schema = table.schema
@@ -190,6 +191,30 @@ def test_split(labels, schema: Schema, seed: int, where: str) -> tuple[np.ndarra
     return train, np.sort(np.concatenate([held, anomaly])), rule
 
 
+def _encoded(table: RawTable, columns: list[str], categories: dict[str, list[str]]) -> np.ndarray:
+    """Every row encoded (float64 [n, d], NaN where a numeric cell was empty). A matrix-backed table's matrix
+    is completed in place (its categorical columns' codes) and handed over, not copied."""
+    if table.matrix is None:
+        return encode_columns(table.features, columns, categories)
+    X, table.matrix = table.matrix, None
+    for j, c in enumerate(columns):
+        if c in categories:
+            X[:, j] = category_codes(table.features[c], categories[c])
+    return X
+
+
+def take_rows(X: np.ndarray, rows: np.ndarray, block: int = 65536) -> np.ndarray:
+    """``X[rows]`` for sorted distinct ``rows``, moved to the front of X in place: X's first len(rows) rows.
+
+    Row i's source ``rows[i]`` ≥ i, so a forward copy block by block never overwrites a row still to be read.
+    """
+    rows = np.asarray(rows)
+    for start in range(0, len(rows), block):
+        part = rows[start:start + block]
+        X[start:start + len(part)] = X[part]
+    return X[:len(rows)]
+
+
 def _require_classes(labels, schema: Schema, normal, anomaly, where: str, need_anomalies: bool = True) -> None:
     if len(normal) == 0:
         seen = ", ".join(map(repr, sorted(pd.unique(labels))[:8]))
@@ -221,7 +246,7 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         rule = f"provided {', '.join(test.files)}, all rows"
         files = [*table.files, *test.files]
         categories = pre._categories(table.features, columns, train_rows)
-        X_train = encode_columns(table.features.iloc[train_rows], columns, categories)
+        X_train = take_rows(_encoded(table, columns, categories), train_rows)
         X_test = encode_columns(test.features.iloc[test_rows], columns, categories)
     else:
         train_rows, test_rows, rule = test_split(table.labels, schema, seed, where)
@@ -229,8 +254,9 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         files = list(table.files)
         # encode every row once, then split the matrix (no copy of the raw frame, no second encoding pass)
         categories = pre._categories(table.features, columns, train_rows)
-        X_all = encode_columns(table.features, columns, categories)
-        X_train, X_test = X_all[train_rows], X_all[test_rows]
+        X_all = _encoded(table, columns, categories)
+        X_test = X_all[test_rows]
+        X_train = take_rows(X_all, train_rows)
         del X_all
     imputed = {c: int(np.isnan(X_train[:, j]).sum()) for j, c in enumerate(columns)
                if c not in categories and np.isnan(X_train[:, j]).any()}

@@ -42,14 +42,17 @@ class RawTable:
     (no directories, so nothing of this machine ends up in a run's files).
     """
 
-    features: Any  # pd.DataFrame
+    features: Any  # pd.DataFrame (with ``matrix``: the categorical columns only)
     labels: Any  # pd.Series | None
     sites: Any  # pd.Series | None
     files: list[str]
     schema: Schema
+    # Large CSVs (read_training_file): every feature as one float64 [n, d] matrix in schema order — numeric
+    # columns filled, categorical columns NaN until the split fixes their categories — instead of a frame.
+    matrix: Any = None
 
     def __len__(self) -> int:
-        return len(self.features)
+        return len(self.matrix) if self.matrix is not None else len(self.features)
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -259,16 +262,23 @@ def _finish(frame, schema: Schema, where: str, line_of, require_label: bool, fil
             na = col.isna().to_numpy()
             if na.any() and schema.missing == "error":
                 raise _missing_error(where, line_of, feats, schema)
-            # pandas' string dtype throughout (arrow-backed): no Python object per cell
-            out[f.name] = col.astype(str).where(~na, MISSING_CATEGORY).str.strip()
+            out[f.name] = _text(col)
     X = pd.DataFrame({c: v.reset_index(drop=True) if isinstance(v, pd.Series) else v for c, v in out.items()},
                      columns=schema.columns)
     labels = _labels(frame, schema, where, line_of, require_label)
-    sites = None
-    if schema.site is not None and schema.site in frame.columns:
-        s = frame[schema.site].reset_index(drop=True)
-        sites = s.astype(str).where(s.notna(), MISSING_CATEGORY).str.strip()
-    return RawTable(X, labels, sites, files, schema)
+    return RawTable(X, labels, _sites(frame, schema), files, schema)
+
+
+def _text(col):
+    """A categorical column's values: stripped strings, ``MISSING`` for an empty cell (pandas' string dtype,
+    arrow-backed: no Python object per cell)."""
+    return col.astype(str).where(col.notna().to_numpy(), MISSING_CATEGORY).str.strip()
+
+
+def _sites(frame, schema: Schema):
+    if schema.site is None or schema.site not in frame.columns:
+        return None
+    return _text(frame[schema.site].reset_index(drop=True))
 
 
 def _missing_error(where: str, line_of, feats, schema: Schema) -> DataError:
@@ -430,6 +440,83 @@ def read_file(path, schema: Schema | None, *, require_label: bool = True) -> Raw
     frame = read_csv(path, schema, require_label)
     return _finish(frame, schema, str(path), lambda r: f"line {line_number(path, schema.csv, r)}: ",
                    require_label, [path.name])
+
+
+STREAM_MIN_BYTES = 32 << 20  # files from this size are streamed into one matrix (below it, the frame is cheaper)
+STREAM_BLOCK = 1 << 20  # bytes of text per streamed batch: small batches keep the reader's buffers small
+
+
+def read_training_file(path, schema: Schema | None) -> RawTable:
+    """:func:`read_file` for training data: a large plain CSV is streamed straight into one float64 matrix.
+
+    pandas' whole-file pyarrow read peaks at ~9× the float32 feature array (docs/performance.md); batches of
+    ``STREAM_BLOCK`` bytes written into a matrix allocated once keep the peak near 2× plus the text columns.
+    Anything the stream does not handle — another layout, a compressed file, a value that does not parse,
+    an infinite or (missing = "error") empty cell — goes the frame path, whose errors name the line.
+    """
+    path = Path(path)
+    if schema is not None and path.suffix.lower() not in (*ARRAY_FILES, *PARQUET, ".gz", ".xz", ".bz2") \
+            and path.is_file() and path.stat().st_size >= STREAM_MIN_BYTES and schema.csv.header \
+            and _can_use_arrow(schema):
+        table = _stream_csv(path, schema)
+        if table is not None:
+            return table
+    return read_file(path, schema)
+
+
+def _stream_csv(path: Path, schema: Schema) -> RawTable | None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    head = pd.read_csv(path, sep=schema.csv.sep, nrows=0, encoding=schema.csv.encoding, index_col=False)
+    raw_names = {str(c).strip(): c for c in head.columns}
+    _check_columns(path, schema, list(raw_names), True)
+    text = set(schema.categorical) | {schema.label, schema.site} - {None}
+    wanted = schema.read_columns
+    nulls = ["", "NA", "NaN", "nan", "N/A", "n/a", "NULL", "null"]
+    try:
+        reader = pacsv.open_csv(
+            path, read_options=pacsv.ReadOptions(block_size=STREAM_BLOCK),
+            parse_options=pacsv.ParseOptions(delimiter=schema.csv.sep),
+            convert_options=pacsv.ConvertOptions(
+                column_types={raw_names[c]: pa.string() if c in text else pa.float64() for c in wanted},
+                include_columns=[raw_names[c] for c in wanted], null_values=nulls, strings_can_be_null=True))
+        columns = schema.columns
+        numeric = [(j, raw_names[c]) for j, c in enumerate(columns) if c not in text]
+        X, n, strings = None, 0, {c: [] for c in wanted if c in text}
+        for batch in reader:
+            m = batch.num_rows
+            if X is None:  # rows from the first batch's bytes per row, generously: untouched pages cost no memory
+                est = int(path.stat().st_size / max(batch.nbytes / max(m, 1), 1.0) * 2) + m + 1024
+                X = np.empty((est, len(columns)))
+            if n + m > len(X):
+                grown = np.empty((2 * (n + m), len(columns)))
+                grown[:n] = X[:n]
+                X = grown
+            for j, name in numeric:
+                col = batch.column(name).to_numpy(zero_copy_only=False)
+                if np.isinf(col).any() or (schema.missing == "error" and np.isnan(col).any()):
+                    return None  # the frame path names the cell
+                X[n:n + m, j] = col
+            for c in strings:  # cleaned batch by batch: no column-sized temporaries at the end
+                col = pc.utf8_trim_whitespace(batch.column(raw_names[c]))
+                if schema.missing == "error" and c in schema.categorical and col.null_count:
+                    return None
+                strings[c].append(col if c == schema.label else pc.fill_null(col, MISSING_CATEGORY))
+            n += m
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, KeyError):
+        return None  # the frame path reads it again and names the problem
+    if X is None or n == 0:
+        return None
+    X = X[:n]
+    frame = {}
+    for c in list(strings):  # one column at a time, its chunks freed as it is converted: arrow-backed strings
+        frame[c] = pd.Series(pa.chunked_array(strings.pop(c), type=pa.string()).to_pandas())
+    frame = pd.DataFrame(frame)
+    labels = _labels(frame, schema, str(path), lambda r: f"line {line_number(path, schema.csv, r)}: ", True)
+    sites = frame[schema.site] if schema.site is not None else None
+    return RawTable(frame[list(schema.categorical)], labels, sites, [path.name], schema, matrix=X)
 
 
 def site_files(directory: Path) -> list[Path]:

@@ -27,10 +27,7 @@ def encode_columns(df: pd.DataFrame, columns: list[str], categories: dict[str, l
     out = np.empty((len(df), len(columns)), dtype=np.float64)
     for j, col in enumerate(columns):
         if col in categories:
-            cats = categories[col]
-            codes = pd.Index(cats).get_indexer(df[col].astype(str)).astype(np.float64)
-            codes[codes < 0] = len(cats)  # SPEC §4: unseen categories get a dedicated code
-            out[:, j] = codes
+            out[:, j] = category_codes(df[col], categories[col])
         else:
             out[:, j] = pd.to_numeric(df[col], errors="raise").to_numpy(dtype=np.float64)
             if fill is not None and col in fill:
@@ -38,6 +35,25 @@ def encode_columns(df: pd.DataFrame, columns: list[str], categories: dict[str, l
                 if nan.any():
                     out[nan, j] = fill[col]
     return out
+
+
+def category_codes(values, cats: list[str]) -> np.ndarray:
+    """Integer codes (as float64) of ``values`` over the sorted list ``cats``; unseen -> ``len(cats)``.
+
+    Matched in arrow (``pyarrow.compute.index_in``: exact string equality, as ``Index.get_indexer``) so that
+    a million arrow-backed strings are never turned into Python objects.
+    """
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ImportError:  # pyarrow is a dependency; this keeps the rule readable without it
+        codes = pd.Index(cats).get_indexer(values.astype(str)).astype(np.float64)
+    else:
+        found = pc.index_in(pa.array(values.astype(str)), value_set=pa.array(list(cats), type=pa.string()))
+        codes = found.to_numpy(zero_copy_only=False).astype(np.float64)  # not found: null -> NaN
+        codes[np.isnan(codes)] = -1
+    codes[codes < 0] = len(cats)  # SPEC §4: unseen categories get a dedicated code
+    return codes
 
 
 def moments(X: np.ndarray, block: int = 65536) -> tuple[int, np.ndarray, np.ndarray]:
@@ -55,8 +71,10 @@ def moments(X: np.ndarray, block: int = 65536) -> tuple[int, np.ndarray, np.ndar
     return len(X), mean, m2
 
 
-def column_mean_std(X: np.ndarray, block: int = 65536) -> tuple[np.ndarray, np.ndarray]:
-    """``X.mean(axis=0)`` and ``X.std(axis=0)`` (population), bit for bit, without a full-size temporary.
+def column_mean_std(X: np.ndarray, block: int = 65536, columns: list[int] | None = None) \
+        -> tuple[np.ndarray, np.ndarray]:
+    """``Xk.mean(axis=0)`` and ``Xk.std(axis=0)`` (population) of ``Xk = X[:, columns]`` (default: every
+    column), bit for bit, without a full-size temporary or a copy of Xk.
 
     numpy reduces a C-ordered matrix over axis 0 row after row; carrying the running sum into each
     block's reduction as its first row keeps exactly that order (tested against numpy).
@@ -64,7 +82,8 @@ def column_mean_std(X: np.ndarray, block: int = 65536) -> tuple[np.ndarray, np.n
     def column_sum(f):
         acc = None
         for start in range(0, len(X), block):
-            part = f(X[start:start + block])
+            rows = X[start:start + block]
+            part = f(rows if columns is None else rows[:, columns])
             acc = np.add.reduce(part if acc is None else np.concatenate([acc[None], part]), axis=0)
         return acc
 
@@ -133,14 +152,14 @@ class TabularPreprocessor:
         """Each categorical (non-numeric) column's list: the schema's, else the sorted values of ``rows``."""
         fixed = self.categories or {}
         out = {}
-        for c in columns:
-            if not pd.api.types.is_numeric_dtype(df[c]):
+        for c in columns:  # (a matrix-backed table's frame holds its categorical columns only)
+            if c in df.columns and not pd.api.types.is_numeric_dtype(df[c]):
                 out[c] = list(fixed[c]) if c in fixed else sorted(df[c].iloc[rows].astype(str).unique().tolist())
         return out
 
-    def _fit_encoded(self, X: np.ndarray, columns: list[str], categories: dict[str, list[str]]) -> np.ndarray:
+    def _fit_encoded(self, X: np.ndarray, columns: list[str], categories: dict[str, list[str]]) -> list[int]:
         """Fit on encoded training rows X (float64, NaN where a numeric cell was empty); impute X in place and
-        return X[:, kept] (a view when every column is kept)."""
+        return the kept columns' indices."""
         self.columns_, self.categories_ = columns, categories
         numeric = [j for j, c in enumerate(columns) if c not in categories]
         self.fill_ = {}
@@ -155,17 +174,24 @@ class TabularPreprocessor:
         keep = correlation_filter(abs_correlation(m2, constant), self.corr_threshold)
         self.kept_columns_ = [columns[j] for j in keep]
         self.dropped_columns_ = [c for c in columns if c not in self.kept_columns_]
-        Xk = X if keep == list(range(len(columns))) else X[:, keep]
-        self.mean_, std = column_mean_std(Xk)
+        self.mean_, std = column_mean_std(X, columns=keep)
         std[constant[keep]] = 1.0
         self.std_ = std
-        return Xk
+        return keep
 
-    def fit_transform_encoded(self, X: np.ndarray, columns: list[str], categories: dict[str, list[str]]) \
-            -> np.ndarray:
-        """fit + transform of encoded training rows, in place (X is consumed): the float32 model inputs.
-        Bit-identical to ``fit(df).transform(df)``; one encoding pass and no full-size temporaries."""
-        return self._standardise(self._fit_encoded(X, columns, categories))
+    def fit_transform_encoded(self, X: np.ndarray, columns: list[str], categories: dict[str, list[str]],
+                              block: int = 65536) -> np.ndarray:
+        """fit + transform of encoded training rows (X is imputed in place): the float32 model inputs.
+
+        Bit-identical to ``fit(df).transform(df)`` — the same elementwise arithmetic — with one encoding
+        pass, and block by block into the float32 result, so no float64 copy of the kept columns is made.
+        """
+        keep = self._fit_encoded(X, columns, categories)
+        out = np.empty((len(X), len(keep)), dtype=np.float32)
+        for start in range(0, len(X), block):
+            part = X[start:start + block][:, keep]
+            out[start:start + block] = self._standardise(part)
+        return out
 
     def transform_encoded(self, X: np.ndarray) -> np.ndarray:
         """Rows encoded over ``columns_`` with ``categories_`` (as at fitting) -> float32 model inputs."""
