@@ -16,7 +16,9 @@
 10. ``bench_gmm_warm.py`` — ``--gmm-warm-start`` vs scikit-learn's fresh fit on a real run's codes;
 11. ``bench_training_step.py`` — training epochs, the hand-written backward pass vs autograd (bit-identical);
 12. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps;
-13. ``bench_flower_deploy.py`` — a loopback deployment: fedgca GCA per exchange vs a no-op Flower app.
+13. ``bench_flower_deploy.py`` — a loopback deployment: fedgca GCA per exchange vs a no-op Flower app;
+14. ``bench_loader.py``   — own data: loading a 1M × 30 CSV (read → split → encode → standardise → partition)
+                            beside pandas' pyarrow read alone, time and peak memory.
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -50,6 +52,7 @@ def main() -> int:
         [str(HERE / "bench_stacking.py"), *data, *(["--configs", "academic", "--repeat", "1"] if args.quick else [])],
         [str(HERE / "bench_gmm_warm.py"), *data, *(["--rounds", "3", "--repeat", "1"] if args.quick else [])],
         [str(HERE / "bench_training_step.py"), *data, *(["--configs", "magic", "--repeat", "3"] if args.quick else [])],
+        [str(HERE / "bench_loader.py"), *(["--rows", "200000", "--repeat", "1"] if args.quick else [])],
     ]
     if not args.quick:
         jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])

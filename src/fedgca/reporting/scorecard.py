@@ -28,16 +28,20 @@ from pathlib import Path, PurePosixPath
 
 from fedgca import methods, provenance
 from fedgca.config import BACKENDS, DATASET_PRESETS, K_GRID
-from fedgca.reporting import tables
+from fedgca.reporting import scorecard_tables, tables
 from fedgca.reporting.groups import BACKEND_LABELS, k_star_of, load_runs
+from fedgca.reporting.verdicts import (
+    ROUNDS,
+    SEEDS,
+    TOLERANCE_PP,
+    TOLERANCE_PP_BY_DATASET,
+    verdict,
+)
+from fedgca.reporting.verdicts import fmt_cell as _fmt
 from fedgca.tabletext import dicts_csv, markdown
 
 log = logging.getLogger(__name__)
 
-TOLERANCE_PP = 1.0
-TOLERANCE_PP_BY_DATASET = {"magic": 1.5}
-ROUNDS = 100
-SEEDS = (100, 200, 300)
 BASELINES = ("single", "fedavg", "fedprox", "fednova", "dpfedavg", "centralized")
 
 
@@ -300,14 +304,6 @@ def coverage(rows: list[dict], datasets: list[str], order: list[str]) -> list[di
     return out
 
 
-def verdict(dataset: str, delta: float | None, rounds: int = ROUNDS) -> str:
-    if delta is None:
-        return "not run"
-    if rounds != ROUNDS:
-        return f"R = {rounds} only"
-    return "within" if abs(delta) <= TOLERANCE_PP_BY_DATASET.get(dataset, TOLERANCE_PP) else "outside"
-
-
 # ---------------------------------------------------------------------------- the scorecard
 
 
@@ -331,8 +327,6 @@ def build(root, comm_rows: list[dict] | None = None) -> dict:
                           "fedgca_std": c["std"] if c else None, "seeds": c["n"] if c else 0,
                           "k": c["k"] if c else None, "delta": delta, "verdict": verdict(d, delta, rounds),
                           "rounds": rounds, "own_k_star": c.get("own_k_star") if c else None})
-    from fedgca.reporting import scorecard_tables
-
     more = scorecard_tables.build(runs, Path(root), comm_rows, lambda d, delta: verdict(d, delta), ROUNDS, SEEDS)
     return {"table": table, "claims": claims(paper, cells, attacks, paper_comm, comm_rows) + more["more_claims"],
             "datasets": datasets, "coverage": coverage(runs, datasets, order),
@@ -434,16 +428,7 @@ def claims(paper: dict, cells: dict, attacks: dict, paper_comm: list[dict], comm
     return out
 
 
-def _fmt(mean, std, n=None) -> str:
-    if mean is None:
-        return "—"
-    s = f"{mean:.2f}" if n == 1 else f"{mean:.2f} ± {std:.2f}"  # one seed: no spread to show
-    return s + (f" (n={n})" if n is not None and n != len(SEEDS) else "")
-
-
 def render(data: dict, source: str) -> str:
-    from fedgca.reporting import scorecard_tables
-
     rows = data["table"]
     head = ["dataset", "method", "paper", "fedgca", "Δ (pp)", "verdict"]
     body = [[r["dataset"], methods.get(r["method"]).label + (f" (K*={r['k']})" if r["method"] == "gca" and r["k"]
@@ -540,8 +525,6 @@ def write_scorecard(root, out=None, data_dir=None) -> Path:
              "own_k_star": r["own_k_star"]["k"] if r.get("own_k_star") else None,
              "own_k_star_mean": r["own_k_star"]["mean"] if r.get("own_k_star") else None} for r in data["table"]]
     out.with_suffix(".csv").write_text(dicts_csv(flat, list(flat[0])))
-    from fedgca.reporting import scorecard_tables
-
     more = scorecard_tables.flat_rows(data["more"])
     out.with_name(out.stem + "_tables.csv").write_text(dicts_csv(more, list(more[0])))
     return out

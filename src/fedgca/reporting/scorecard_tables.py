@@ -8,7 +8,7 @@
 * the non-IID comparison (GCA at K = 10 and the four parameter-sharing baselines);
 * the per-round communication, paper against the payloads fedgca builds.
 
-Each cell: paper, fedgca, Δ and the same verdicts as the IID table (``scorecard.verdict``), or "not
+Each cell: paper, fedgca, Δ and the same verdicts as the IID table (``verdicts.verdict``), or "not
 run". The claims of the paper's text about these tables are checked in :func:`claims`. The paper's
 figures (``paper_reference/``) are the target of the comparison only.
 """
@@ -21,9 +21,11 @@ from importlib import resources
 from pathlib import Path
 
 from fedgca import methods
-from fedgca.config import BACKENDS, DATASET_PRESETS, K_GRID
+from fedgca.config import BACKENDS, K_GRID
 from fedgca.reporting import tables
 from fedgca.reporting.groups import BACKEND_LABELS, k_star_of
+from fedgca.reporting.verdicts import fmt_cell, tolerance
+from fedgca.tabletext import markdown
 
 NONIID_K = 10  # the paper's non-IID K* on every dataset (its non-IID sweep is flat in K)
 NONIID_METHODS = ("gca", "fedavg", "fedprox", "fednova", "dpfedavg")
@@ -199,11 +201,9 @@ def claims(data: dict) -> list[dict]:
             if len(by_b) >= 2 and all(len(v) == len(K_GRID) for v in by_b.values())}
     claim = "backends: accuracy varies only modestly across the four backends and K (IID)"
     if full:
-        from fedgca.reporting.scorecard import TOLERANCE_PP, TOLERANCE_PP_BY_DATASET
-
         ranges = {d: max(v) - min(v) for d, v in full.items()}
         paper_r = {d: max(v) - min(v) for d, v in spread_paper.items() if d in full}
-        modest = [d for d, x in ranges.items() if x <= TOLERANCE_PP_BY_DATASET.get(d, TOLERANCE_PP)]
+        modest = [d for d, x in ranges.items() if x <= tolerance(d)]
         backends_run = sorted({b for d in full for b in spread_ours[d]}, key=BACKENDS.index)
         out.append({"claim": claim,
                     "paper": "range of the cell means: " + ", ".join(f"{d} {x:.2f}" for d, x in paper_r.items()) + " pp",
@@ -221,9 +221,7 @@ def claims(data: dict) -> list[dict]:
 
 
 def _fmt(mean, std, n=3) -> str:
-    from fedgca.reporting.scorecard import _fmt as fmt
-
-    return fmt(mean, std, n)
+    return fmt_cell(mean, std, n)
 
 
 def _delta(d) -> str:
@@ -231,8 +229,6 @@ def _delta(d) -> str:
 
 
 def render(data: dict, datasets_order) -> list[str]:
-    from fedgca.tabletext import markdown
-
     lines = []
     # K sweeps
     for partition, title in (("iid", "GCA accuracy by K and clustering backend (IID)"),
@@ -331,4 +327,4 @@ def flat_rows(data: dict) -> list[dict]:
     return out
 
 
-__all__ = ["DATASET_PRESETS", "build", "flat_rows", "render"]
+__all__ = ["build", "flat_rows", "render"]

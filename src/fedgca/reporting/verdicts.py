@@ -1,0 +1,31 @@
+"""How a fedgca cell is judged against the paper's: the tolerance, the verdict, the cell's text.
+
+One home for the scorecard's IID table and its other tables (``scorecard``, ``scorecard_tables``).
+"""
+from __future__ import annotations
+
+TOLERANCE_PP = 1.0
+TOLERANCE_PP_BY_DATASET = {"magic": 1.5}  # magic's seeds spread more
+ROUNDS = 100
+SEEDS = (100, 200, 300)
+
+
+def tolerance(dataset: str) -> float:
+    return TOLERANCE_PP_BY_DATASET.get(dataset, TOLERANCE_PP)
+
+
+def verdict(dataset: str, delta: float | None, rounds: int = ROUNDS) -> str:
+    """"within" / "outside" the tolerance, "not run", or "R = N only" for a cell not run at R = 100."""
+    if delta is None:
+        return "not run"
+    if rounds != ROUNDS:
+        return f"R = {rounds} only"
+    return "within" if abs(delta) <= tolerance(dataset) else "outside"
+
+
+def fmt_cell(mean, std, n=None) -> str:
+    """"64.92 ± 0.01", "64.92" for one seed, "(n=2)" when fewer seeds than the paper's, "—" for none."""
+    if mean is None:
+        return "—"
+    s = f"{mean:.2f}" if n == 1 else f"{mean:.2f} ± {std:.2f}"  # one seed: no spread to show
+    return s + (f" (n={n})" if n is not None and n != len(SEEDS) else "")
