@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 
 from fedgca.config import RunConfig, option_name
+from fedgca.data.schema import SPLIT_RULES
 from fedgca.threads import DEFAULT_TORCH_THREADS
 
 
@@ -57,9 +58,10 @@ def add_data_options(p: argparse.ArgumentParser, *, dataset_help: str | None = N
                    "ADBench .npz file (X, y), or a directory of per-site files (one file per site)")
     p.add_argument("--schema", metavar="S.json", help="own data's schema (`fedgca schema infer` writes one)")
     p.add_argument("--test-file", metavar="FILE", help="own data: a given test file (default: the schema's test rule)")
-    p.add_argument("--test-split", choices=("balanced", "balanced-tail"),
-                   help="own data without a test file: A anomalies + A normals drawn with the seed (balanced), or "
-                        "the last A normals in file order (balanced-tail, SPEC §4) [default: the schema's]")
+    p.add_argument("--test-split", choices=SPLIT_RULES,
+                   help="own data without a test file: A anomalies + A normals drawn with the seed (balanced), "
+                        "the last A normals in file order (balanced-tail, SPEC §4), or each site's own (per-site: "
+                        "what a Flower deployment evaluates; needs sites) [default: the schema's]")
     p.add_argument("--name", help="own data's name in run directories and tables [default: the file's stem]")
     p.add_argument("--data-dir", help="built-in datasets' directory [default: $FEDGCA_DATA_DIR, else the user cache]")
 

@@ -28,6 +28,7 @@ class FederatedDataset:
     schema: Any = None  # tabular: the fedgca.data.schema.Schema that read the records (a detector re-reads with it)
     sites: np.ndarray | None = None  # int64 [N]: each training row's site (natural partition), or None
     site_names: list[str] | None = None  # site code -> name
+    test_sites: np.ndarray | None = None  # per-site test split: each test row's site (client) code, else None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -215,6 +215,37 @@ def take_rows(X: np.ndarray, rows: np.ndarray, block: int = 65536) -> np.ndarray
     return X[:len(rows)]
 
 
+def site_split(labels, schema: Schema, seed: int, site: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """One site's (training normal rows, test rows) under the per-site rule: all its anomalies and as many of
+    its normals, drawn with (seed, the site's client id). The simulator and a Flower node both call it."""
+    normal = np.flatnonzero(schema.is_normal(labels).to_numpy())
+    anomaly = np.flatnonzero(schema.is_anomaly(labels).to_numpy())
+    _require_classes(labels, schema, normal, anomaly, where)
+    if len(anomaly) >= len(normal):
+        raise DataError(f"{where}: a per-site test set takes as many normals as the site has anomalies "
+                        f"({len(anomaly)}), which leaves none of its {len(normal)} normals to train on")
+    held = np.sort(seeding.rng(seed, "test-split", site).choice(normal, size=len(anomaly), replace=False))
+    return np.setdiff1d(normal, held, assume_unique=True), np.sort(np.concatenate([held, anomaly]))
+
+
+def _per_site(table: RawTable, seed: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(training rows, test rows, each test row's site code, site names) of the per-site rule."""
+    if table.sites is None:
+        raise DataError(f"{where}: the per-site test split needs sites (the schema's \"site\" column, or a "
+                        "directory of per-site files)")
+    codes, names = pd.factorize(table.sites, sort=True)
+    train, test, test_sites = [], [], []
+    for j, name in enumerate(names):
+        rows = np.flatnonzero(codes == j)
+        tr, te = site_split(table.labels.iloc[rows].reset_index(drop=True), table.schema, seed, j,
+                            f"{where}: site {name!r}")
+        train.append(rows[tr])
+        test.append(rows[te])
+        test_sites.append(np.full(len(te), j, dtype=np.int64))
+    return (np.sort(np.concatenate(train)), np.concatenate(test), np.concatenate(test_sites),
+            [str(n) for n in names])
+
+
 def _require_classes(labels, schema: Schema, normal, anomaly, where: str, need_anomalies: bool = True) -> None:
     if len(normal) == 0:
         seen = ", ".join(map(repr, sorted(pd.unique(labels))[:8]))
@@ -234,6 +265,7 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
                         "(a deployment without labels is `fedgca flower` with own data)")
     pre = TabularPreprocessor(schema.corr_threshold, schema.categories)
     columns = list(schema.columns)
+    test_sites = None
     if test is not None:
         y = table.labels
         train_rows = np.flatnonzero(schema.is_normal(y).to_numpy())
@@ -249,7 +281,14 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         X_train = take_rows(_encoded(table, columns, categories), train_rows)
         X_test = encode_columns(test.features.iloc[test_rows], columns, categories)
     else:
-        train_rows, test_rows, rule = test_split(table.labels, schema, seed, where)
+        if schema.test_split == "per-site":
+            train_rows, test_rows, test_sites, _ = _per_site(table, seed, where)
+            order = np.argsort(test_rows, kind="stable")
+            test_rows, test_sites = test_rows[order], test_sites[order]
+            rule = (f"per site (each site's anomalies and as many of its normals, drawn with seed {seed} and the "
+                    "site's client id; each client evaluated on its own site's rows)")
+        else:
+            train_rows, test_rows, rule = test_split(table.labels, schema, seed, where)
         y_test = table.labels.iloc[test_rows]
         files = list(table.files)
         # encode every row once, then split the matrix (no copy of the raw frame, no second encoding pass)
@@ -260,7 +299,11 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         del X_all
     imputed = {c: int(np.isnan(X_train[:, j]).sum()) for j, c in enumerate(columns)
                if c not in categories and np.isnan(X_train[:, j]).any()}
-    train = pre.fit_transform_encoded(X_train, columns, categories)
+    if test_sites is not None:  # fitted from per-site aggregates, in site order, as a Flower server fits it
+        pre = _fit_from_sites(pre, X_train, table, train_rows, columns, categories, schema)
+        train = pre.transform_encoded(X_train)
+    else:
+        train = pre.fit_transform_encoded(X_train, columns, categories)
     del X_train
     test_x = pre.transform_encoded(X_test)
     test_y = schema.is_anomaly(y_test).to_numpy().astype(np.int64)
@@ -283,7 +326,26 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
     return FederatedDataset(
         name=name, kind="tabular", train=train, test_x=test_x, test_y=test_y, preprocessor=pre,
         feature_names=list(pre.kept_columns_), info=info, schema=schema, sites=sites, site_names=site_names,
+        test_sites=test_sites,
     )
+
+
+def _fit_from_sites(pre, X_train, table, train_rows, columns, categories, schema):
+    """The encoding fitted from each site's (n, mean, scatter) of its encoded training rows, pooled in site
+    order: ``fedgca.data.tabular.fit_from_stats``, the function a Flower server applies to its nodes'."""
+    from .tabular import fit_from_stats, local_stats
+
+    fixed = {c for c in categories if c not in (schema.categories or {})}
+    if fixed:
+        raise DataError(f"the per-site split fits the encoding from per-site aggregates: categorical feature(s) "
+                        f"{', '.join(map(repr, sorted(fixed)))} need their 'categories' list in the schema "
+                        "(`fedgca schema infer` writes them)")
+    if np.isnan(X_train).any():
+        raise DataError("the per-site split fits the encoding from per-site aggregates, which cannot impute: "
+                        "the training rows have empty numeric cells; fill them or use another test split")
+    codes, _ = pd.factorize(table.sites.iloc[train_rows], sort=True)
+    stats = [local_stats(X_train[codes == j]) for j in range(int(codes.max()) + 1)]
+    return fit_from_stats(schema, stats)
 
 
 # --------------------------------------------------------------------------- defaults for data without a preset

@@ -27,8 +27,11 @@ of per-site files, and a Flower node's own rows. It is a JSON file a person can 
 * ``site``: a column naming each row's site, for the ``natural`` partition (one client per
   site). It may also be a feature.
 * ``test``: ``{"split": "balanced"}`` (default: A anomalies and A normals drawn with the run
-  seed), ``"balanced-tail"`` (SPEC §4: the last A normals in file order) or
-  ``{"file": "NAME"}`` (a given test file, next to the data).
+  seed), ``"balanced-tail"`` (SPEC §4: the last A normals in file order), ``"per-site"`` (each
+  site holds out its own anomalies and as many of its normals, drawn with the seed and the site's
+  client id, and is evaluated on them alone; the encoding is fitted from per-site aggregates, as
+  a Flower deployment fits it — so a simulation and a deployment over the same per-site files
+  give the same numbers) or ``{"file": "NAME"}`` (a given test file, next to the data).
 * ``missing``: ``"impute"`` (default for own data: an empty/NaN numeric cell becomes the
   training normals' mean, an empty categorical cell the category ``MISSING``) or ``"error"``
   (the built-in presets: their canonical files have no empty cells, so one means damage).
@@ -47,7 +50,8 @@ from pathlib import Path
 from .paths import DataError
 
 NUMERIC, CATEGORICAL = "numeric", "categorical"
-TEST_SPLITS = ("balanced", "balanced-tail", "file")
+TEST_SPLITS = ("balanced", "balanced-tail", "per-site", "file")
+SPLIT_RULES = TEST_SPLITS[:3]  # the rules that draw the test set from the data itself
 MISSING_RULES = ("impute", "error")
 MISSING_CATEGORY = "MISSING"  # what an empty categorical cell becomes under missing = "impute"
 
@@ -130,8 +134,8 @@ class Schema:
         if file is not None:
             return replace(self, test_split="file", test_file=str(file))
         if split is not None:
-            if split not in TEST_SPLITS[:2]:
-                raise DataError(f"test split must be one of {', '.join(TEST_SPLITS[:2])} (or a test file), "
+            if split not in SPLIT_RULES:
+                raise DataError(f"test split must be one of {', '.join(SPLIT_RULES)} (or a test file), "
                                 f"got {split!r}")
             return replace(self, test_split=split, test_file=None)
         return self

@@ -257,3 +257,44 @@ class TabularPreprocessor:
         return self
 
 
+# --------------------------------------------------------------------------- fitted from aggregates
+
+
+def local_stats(X: np.ndarray) -> dict[str, np.ndarray]:
+    """What one node shares: n_i, column means, centred scatter matrix (float64)."""
+    n, mean, m2 = moments(X)
+    return {"n": np.array([n], dtype=np.int64), "mean": mean, "m2": m2}
+
+
+def pool_stats(stats: list[dict[str, np.ndarray]]) -> tuple[int, np.ndarray, np.ndarray]:
+    """Exact pooled (n, mean, scatter) from per-node aggregates (parallel-variance formula)."""
+    n = sum(int(s["n"][0]) for s in stats)
+    mean = sum(int(s["n"][0]) * s["mean"] for s in stats) / n
+    m2 = sum(s["m2"] + int(s["n"][0]) * np.outer(s["mean"] - mean, s["mean"] - mean) for s in stats)
+    return n, mean, m2
+
+
+def fit_from_stats(schema, stats: list[dict[str, np.ndarray]]) -> TabularPreprocessor:
+    """SPEC §4 encoding fitted on the union of the nodes' training rows, from aggregates only.
+
+    Same result as ``TabularPreprocessor().fit`` on the pooled rows (up to
+    float rounding): the same functions of ``fedgca.data.tabular`` (constant
+    columns, |correlation| from the scatter matrix, the left-to-right filter)
+    applied to the pooled moments; population std (1 for a constant column).
+    """
+    n, mean, m2 = pool_stats(stats)
+    constant = constant_columns(n, mean, m2)
+    keep = correlation_filter(abs_correlation(m2, constant), schema.corr_threshold)
+    std = np.sqrt(np.diag(m2)[keep] / n)
+    std[constant[keep]] = 1.0
+    cols = schema.columns
+    return TabularPreprocessor.from_dict({
+        "type": "tabular",
+        "corr_threshold": schema.corr_threshold,
+        "columns": cols,
+        "categories": schema.categories,
+        "kept_columns": [cols[j] for j in keep],
+        "dropped_columns": [c for j, c in enumerate(cols) if j not in keep],
+        "mean": [float(v) for v in mean[keep]],
+        "std": [float(v) for v in std],
+    })

@@ -22,7 +22,7 @@ from threading import Lock
 import numpy as np
 
 from fedgca.config import RunConfig
-from fedgca.flower.owndata import Schema, encode, eval_split, load_schema, read_rows
+from fedgca.flower.owndata import Schema, encode, eval_split, load_schema, read_table
 
 _CACHE: dict = {}
 _LOCK = Lock()
@@ -145,7 +145,7 @@ def _disk_cached(node_config: dict, key: tuple, build) -> dict[str, np.ndarray]:
 
 
 def csv_frame(node_config: dict):
-    """(schema, features frame, labels or None) of an own-data node, cached per file."""
+    """(schema, the node's RawTable) of an own-data node, cached per file."""
     path, schema_path = node_config.get("data-path"), node_config.get("schema-path")
     if not schema_path:
         raise NodeConfigError("an own-data node needs 'schema-path' (the shared schema file) besides 'data-path'")
@@ -153,18 +153,29 @@ def csv_frame(node_config: dict):
 
     def build():
         schema = load_schema(schema_path)
-        X, y = read_rows(path, schema)
-        return schema, X, y
+        return schema, read_table(path, schema)
 
     return _cached(key, build)
 
 
 def csv_split(cfg: RunConfig, node_config: dict, client_id: int):
-    """(schema, training frame, eval frame or None, eval labels or None)."""
-    schema, X, y = csv_frame(node_config)
-    if y is None:
+    """(schema, training frame, eval frame or None, eval labels or None).
+
+    A schema with the per-site test split: the node's anomalies and as many of its normals (drawn with the
+    seed and its client id, ``fedgca.data.own.site_split``, as the simulator draws them) are its test rows,
+    and it trains on its other normals. Otherwise a labelled node holds out ``eval_fraction`` of its rows and
+    trains on the rest as they come."""
+    schema, table = csv_frame(node_config)
+    X, labels = table.features, table.labels
+    if labels is None:
         return schema, X, None, None
-    tr, ev = eval_split(len(X), schema.eval_fraction, cfg.seed, client_id)
+    if schema.test_split == "per-site":
+        from fedgca.data.own import site_split
+
+        tr, ev = site_split(labels, schema, cfg.seed, client_id, f"node {client_id}")
+    else:
+        tr, ev = eval_split(len(X), schema.eval_fraction, cfg.seed, client_id)
+    y = schema.is_anomaly(labels).to_numpy().astype(np.int64)
     return schema, X.iloc[tr].reset_index(drop=True), X.iloc[ev].reset_index(drop=True), y[ev]
 
 
@@ -179,8 +190,9 @@ def csv_data(cfg: RunConfig, node_config: dict, client_id: int, preprocessor) ->
 
     schema, train, ev, ev_y = csv_split(cfg, node_config, client_id)
     x = preprocessor.transform(train)
-    # the simulator's validation rule, applied to this node's rows (its "partition" is the whole file)
-    (rows,), (val,) = split_validation([np.arange(len(x))], cfg.val_fraction, cfg.seed)
+    # the simulator's validation rule, applied to this node's rows as to client client_id's shard
+    _, vals = split_validation([np.arange(len(x))] * (client_id + 1), cfg.val_fraction, cfg.seed)
+    rows, val = np.setdiff1d(np.arange(len(x)), vals[client_id]), vals[client_id]
     return NodeData(
         client_id=client_id, source="csv", train=x[rows], val=x[val] if len(val) else None,
         test_x=preprocessor.transform(ev) if ev is not None else None, test_y=ev_y,

@@ -206,7 +206,9 @@ class FlowerServer:
                                                        for n in infos])
         stats, contributors = [], []
         d = None
-        for node, rep in sorted(replies.items()):
+        # pooled in client-id order (not node-id order, which Flower draws at random): the same float sums as the
+        # simulator's per-site fit, and a preprocessing that does not depend on who got which node id
+        for node, rep in sorted(replies.items(), key=lambda kv: (int(infos[kv[0]]["client-id"]), kv[0])):
             try:
                 s = numpy_dict(rep.content[STATS])
                 d = d or len(s["mean"])

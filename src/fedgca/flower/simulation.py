@@ -36,6 +36,26 @@ def node_configs(cfg: RunConfig, data_dir=None, extra: dict[int, dict] | None = 
     return out
 
 
+def own_data_nodes(source, out_dir) -> dict[int, dict]:
+    """Node configs for own data in a directory of per-site files: node i reads site file i (sites in the
+    order the simulator numbers them, sorted by name) with the run's schema, written to ``out_dir/schema.json``
+    (so a --test-split given on the command line reaches the nodes too)."""
+    from fedgca.data.table import site_files
+
+    path = Path(source.path or "")
+    if not path.is_dir() or source.schema is None:
+        raise ValueError("a Flower simulation of own data needs a directory of per-site files and a schema "
+                         "(--data DIR --schema S.json): each node reads one site's file")
+    schema_path = Path(out_dir) / "schema.json"
+    schema_path.parent.mkdir(parents=True, exist_ok=True)
+    source.schema.save(schema_path)
+    files = sorted(site_files(path), key=lambda p: p.name.split(".")[0])
+    if source.schema.test_file:
+        files = [f for f in files if f.name != source.schema.test_file]
+    return {i: {"data-path": str(f.resolve()), "schema-path": str(schema_path.resolve()), "client-id": i}
+            for i, f in enumerate(files)}
+
+
 def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=None,
              node_extra: dict[int, dict] | None = None, client_app=None, **flower_options) -> dict:
     """Run ``cfg`` through the Flower apps locally; returns the summary (also in ``out_dir/summary.json``).

@@ -28,6 +28,8 @@ class Federation:
     test_x: torch.Tensor
     template: torch.nn.Module
     clients: StackedModels
+    # Per-site test split (own data): each client's own test rows and labels; None = one shared test set.
+    client_tests: list[tuple[torch.Tensor, np.ndarray]] | None = None
 
     @property
     def num_clients(self) -> int:
@@ -100,6 +102,16 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
     adam = AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma)
     shards = ClientShards.from_arrays([dataset.train[p] for p in parts])
     has_val = cfg.val_fraction > 0 and all(len(v) for v in val)
+    client_tests = None
+    if dataset.test_sites is not None:  # client i is site i: the natural partition without dropped or merged sites
+        if cfg.method == "centralized":
+            raise ValueError("the per-site test split evaluates each site's own model on its own rows; "
+                             "Centralized trains one model on pooled rows: use another --test-split")
+        if cfg.partition != "natural" or cfg.small_sites != "error":
+            raise ValueError("the per-site test split evaluates each site's client on its own rows: it needs "
+                             "--partition natural (and no --small-sites drop/merge)")
+        client_tests = [(torch.as_tensor(dataset.test_x[dataset.test_sites == i], dtype=torch.float32),
+                         dataset.test_y[dataset.test_sites == i]) for i in range(len(parts))]
     return Federation(
         cfg=cfg,
         dataset=dataset,
@@ -110,4 +122,5 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
         test_x=torch.as_tensor(dataset.test_x, dtype=torch.float32),
         template=models[0],
         clients=StackedModels(models, adam),
+        client_tests=client_tests,
     )

@@ -139,12 +139,28 @@ def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
     val = shard_scores(clients, val_shards) if val_shards is not None else None  # scored once: τ and val_error
     tau_scores = val if fed.cfg.threshold == "val-quantile" else None
     one_model = method.deploys_one_model and phase == "round"  # "local": the pre-aggregation models differ
-    res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, fed.cfg.quantile, tau_scores,
-                           one_model=one_model)
-    per_client = dict(res["per_client"])
+    if fed.client_tests is not None:  # per-site test sets: each client on its own rows, as a Flower node
+        per_client = _evaluate_own_tests(fed, clients, shards, tau_scores, ids or range(shards.num_clients))
+    else:
+        res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, fed.cfg.quantile, tau_scores,
+                               one_model=one_model)
+        per_client = dict(res["per_client"])
     per_client["val_error"] = [float(s.mean()) for s in val] if val is not None else [float("nan")]
     return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.paper_phase(fed.cfg),
                                 client_ids=ids)
+
+
+def _evaluate_own_tests(fed: Federation, clients, shards, tau_scores, ids) -> dict[str, list]:
+    """Per-client metrics, each client's model on its own test rows: the computation a Flower node makes
+    (``fedgca.flower.client_app._metrics``) for each slot, so both drivers write the same metrics.csv."""
+    out: dict[str, list] = {}
+    for slot, i in enumerate(ids):
+        x, y = fed.client_tests[i]
+        res = evaluate_clients(clients.slot_view(slot), shards.only(slot), x, y, fed.cfg.quantile,
+                               None if tau_scores is None else [tau_scores[slot]])
+        for k, v in res["per_client"].items():
+            out.setdefault(k, []).append(v[0])
+    return out
 
 
 def _check_existing(out: Path, cfg: RunConfig, resume: bool) -> None:
