@@ -181,15 +181,24 @@ class TabularPreprocessor:
 
     def fit_transform_encoded(self, X: np.ndarray, columns: list[str], categories: dict[str, list[str]],
                               block: int = 65536) -> np.ndarray:
-        """fit + transform of encoded training rows (X is imputed in place): the float32 model inputs.
+        """fit + transform of encoded training rows: the float32 model inputs. X is consumed (imputed, then
+        overwritten by the result, which shares its buffer).
 
         Bit-identical to ``fit(df).transform(df)`` — the same elementwise arithmetic — with one encoding
-        pass, and block by block into the float32 result, so no float64 copy of the kept columns is made.
+        pass, block by block, into X's own memory: no float64 copy of the kept columns and no second
+        array of the result's size.
         """
         keep = self._fit_encoded(X, columns, categories)
-        out = np.empty((len(X), len(keep)), dtype=np.float32)
-        for start in range(0, len(X), block):
-            part = X[start:start + block][:, keep]
+        n, k = len(X), len(keep)
+        if X.flags.c_contiguous and X.flags.writeable:
+            # the float32 result written over X's own buffer, row block by row block: output row i ends at byte
+            # 4k(i+1) ≤ 8d·i + … , before any input row not yet read (k ≤ d), so X is consumed, not copied
+            out = np.frombuffer(X.data, dtype=np.float32, count=n * k).reshape(n, k) if n else \
+                np.empty((0, k), dtype=np.float32)
+        else:
+            out = np.empty((n, k), dtype=np.float32)
+        for start in range(0, n, block):
+            part = X[start:start + block][:, keep]  # a copy: read before the block's output is written
             out[start:start + block] = self._standardise(part)
         return out
 
