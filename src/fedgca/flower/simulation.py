@@ -99,4 +99,6 @@ def _run_ray(server_app, client_app, cfg: RunConfig, data_dir) -> None:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": available_cores()}})
+                                   # a local Ray instance listens on the loopback interface only
+                                   "init_args": {"num_cpus": available_cores(), "_node_ip_address": "127.0.0.1",
+                                                 "include_dashboard": False}})
