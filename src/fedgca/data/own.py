@@ -106,9 +106,14 @@ class DataSource:
         return table, test
 
     def load(self, seed: int = 100) -> FederatedDataset:
-        table, test = self.read()
-        ds = prepare(table, test, seed=seed, name=self.label)
-        ds.info["digest"] = self.digest()
+        # the content digest is hashed in a thread beside the parse (hashlib releases the GIL on large blocks)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            digest = pool.submit(self.digest)
+            table, test = self.read()
+            ds = prepare(table, test, seed=seed, name=self.label)
+            ds.info["digest"] = digest.result()
         return ds
 
     # ------------------------------------------------------------------ passing to worker processes
@@ -162,7 +167,7 @@ def _digest(src: DataSource) -> str:
         if key not in _DIGESTS:  # hashing a 100 MB file takes ~0.2 s: once per process and file version
             fh = hashlib.sha256()
             with open(p, "rb") as f:
-                for block in iter(lambda: f.read(1 << 22), b""):
+                for block in iter(lambda: f.read(1 << 20), b""):
                     fh.update(block)
             _DIGESTS[key] = fh.hexdigest()
         h.update(p.name.encode() + b"\0" + _DIGESTS[key].encode())

@@ -297,10 +297,12 @@ def build(root, exclude: Path | None = None) -> dict:
         parts = sorted({g.partition for g in groups}, key=lambda p: (p != "iid", p))
         columns[setting] = {}
         for part in parts:
-            tag = "iid" if part == "iid" else "noniid"
-            if part != "iid" and sum(p != "iid" for p in parts) > 1:
+            tag = {"iid": "iid", "natural": "natural"}.get(part, "noniid")  # natural: one client per site
+            dirichlet = [p for p in parts if p.startswith("dirichlet")]
+            if part.startswith("dirichlet") and len(dirichlet) > 1:
                 tag += re.sub(r"\W+", "", part.split("(")[1])
-            heading = "IID" if part == "iid" else "Non-IID (Dirichlet " + part[10:-1].replace("alpha", "α") + ")"
+            heading = {"iid": "IID", "natural": "Natural partition (one client per site)"}.get(
+                part, "Non-IID (Dirichlet " + part[10:-1].replace("alpha", "α") + ")")
             ts += comparison_tables(groups, setting, part, tag, f"{heading} comparison")
             ts += k_tables(groups, setting, part, tag, f"{heading} K sweep")
             ts += weight_tables(groups, setting, part, tag, f"{heading} weighting ablation")
