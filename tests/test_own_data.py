@@ -54,16 +54,14 @@ def _run(args: list[str]) -> int:
     return main(["run", "--threads", "1", *args])
 
 
-@pytest.mark.parametrize("name,epochs", [("academic", []), ("magic", []),
-                                         ("adult", ["--recon-epochs", "1", "--align-epochs", "1"]),
-                                         ("bank", ["--recon-epochs", "1", "--align-epochs", "1"])])
-def test_preset_and_own_data_give_identical_metrics(name, epochs, data_dir, tmp_path):
+@pytest.mark.parametrize("name", FOUR)
+def test_preset_and_own_data_give_identical_metrics(name, data_dir, tmp_path):
     """R = 2, seed 100: `--dataset NAME` and the same file as `--data` with `fedgca schema show NAME`."""
     from fedgca.config import DATASET_PRESETS
 
     assert main(["schema", "show", name, "--out", str(tmp_path / "s.json")]) == 0
     p = DATASET_PRESETS[name]
-    common = ["--rounds", "2", "--seed", "100", *epochs]
+    common = ["--rounds", "2", "--seed", "100"]
     assert _run(["--dataset", name, "--data-dir", str(data_dir), "--out", str(tmp_path / "a"), *common]) == 0
     own = ["--data", str(data_dir / name / TRAIN_FILE[name]), "--schema", str(tmp_path / "s.json"),
            "--clients", str(p["clients"]), "--k", str(p["k"]), "--rho", str(p["rho"])]
@@ -358,3 +356,40 @@ def test_streamed_large_csv_equals_the_frame_path(data_dir, tmp_path, monkeypatc
     raw.to_csv(tmp_path / "bad.csv", sep=";", index=False)
     with pytest.raises(DataError, match=r"bad\.csv: line 9: column 'balance': text in a numeric column"):
         DataSource(str(tmp_path / "bad.csv"), src.schema).load(100)
+
+
+def test_parquet_and_arrays_take_the_same_path(data_dir, tmp_path):
+    """A Parquet copy of a CSV, and (X, y) arrays from Python, give the CSV path's arrays."""
+    import fedgca
+
+    src = _bank_job(data_dir, tmp_path)
+    raw = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";")
+    raw.to_parquet(tmp_path / "bank.parquet")
+    _same_arrays(src.load(100), DataSource(str(tmp_path / "bank.parquet"), src.schema, name="bankjob").load(100))
+    schema = SCHEMAS["magic"]
+    m = pd.read_csv(data_dir / "magic" / "magic04.data", header=None, names=list(schema.csv.names))
+    X, y = m[schema.columns].to_numpy(), (m["class"] == "h").to_numpy().astype(int)
+    from_arrays = fedgca.load_data((X, y)).load(100)
+    from_csv = DataSource(str(data_dir / "magic" / "magic04.data"), schema.with_test("balanced")).load(100)
+    _same_arrays(from_csv, from_arrays, names=False)
+
+
+def test_attack_on_an_own_data_run(data_dir, tmp_path, capsys):
+    """`fedgca attack` re-reads the run's own data (checked by its content digest)."""
+    schema = tmp_path / "s.json"
+    _bank_job(data_dir, tmp_path).schema.save(schema)
+    data = ["--data", str(data_dir / "bank" / "bank-full.csv"), "--schema", str(schema)]
+    assert _run([*data, "--method", "fedavg", "--rounds", "1", "--local-epochs", "1", "--clients", "3",
+                 "--out", str(tmp_path / "r")]) == 0
+    from fedgca.attacks.run import attack_run
+    from fedgca.sources import open_source
+
+    rec = attack_run(tmp_path / "r", data_dir=open_source(data[1], schema, name="bank-full"),
+                     inversion_options={"max_steps": 5})
+    assert rec["dataset"] == "bank-full" and rec["ntmse"] > 0
+    lines = (data_dir / "bank" / "bank-full.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "other.csv").write_text("".join(lines[:3001]))  # another file with the same schema
+    capsys.readouterr()
+    assert main(["attack", "--run", str(tmp_path / "r"), "--data", str(tmp_path / "other.csv"),
+                 "--schema", str(schema)]) == 2
+    assert "not the data this run was made with" in capsys.readouterr().err
