@@ -393,3 +393,22 @@ def test_attack_on_an_own_data_run(data_dir, tmp_path, capsys):
     assert main(["attack", "--run", str(tmp_path / "r"), "--data", str(tmp_path / "other.csv"),
                  "--schema", str(schema)]) == 2
     assert "not the data this run was made with" in capsys.readouterr().err
+
+
+def test_detectors_of_array_data_score_raw_arrays_and_x_only_files(tmp_path):
+    """A run on (X, y) arrays: its detector scores raw X (transform) and an .npz holding X alone."""
+    import fedgca
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(600, 4)), rng.normal(3.0, 1.0, size=(60, 4))])
+    y = np.r_[np.zeros(600, int), np.ones(60, int)]
+    r = fedgca.run(fedgca.load_data((X, y)), method="single", clients=2, rounds=1, local_epochs=1,
+                   out=tmp_path / "r")
+    det = r.detectors[0]
+    scores = det.decision_function(det.transform(X[:5]))
+    np.savez(tmp_path / "new.npz", X=X[:5])
+    assert main(["score", "--run", str(tmp_path / "r"), "--client", "0", "--input", str(tmp_path / "new.npz"),
+                 "--output", str(tmp_path / "s.csv")]) == 0
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "s.csv")["score"], scores, rtol=1e-5)
+    with pytest.raises(ValueError, match="reads 4 raw feature columns"):
+        det.transform(X[:5, :3])

@@ -13,7 +13,9 @@ against the run's manifest.
 Inputs: ``decision_function``/``predict`` take model-ready arrays (what the run trained on) or
 a pandas DataFrame of raw records with the data's columns, which goes through the detector's
 own schema and fitted preprocessor first (the same rules as training: imputation, category
-codes, the dropped columns, standardisation).
+codes, the dropped columns, standardisation). Raw records as a NumPy array (e.g. X of an ADBench
+``.npz``, columns in the schema's order) go through ``transform`` first:
+``det.predict(det.transform(X_raw))``.
 """
 from __future__ import annotations
 
@@ -65,6 +67,21 @@ class AnomalyDetector:
             t = table_from_frame(X, self._schema(), where="the rows to score", require_label=False)
             return self.preprocessor.transform(t.features)
         return np.asarray(X)
+
+    def transform(self, X) -> np.ndarray:
+        """Raw records (a DataFrame, or a 2-d array with the schema's feature columns in order) -> model inputs."""
+        if not (hasattr(X, "columns") and hasattr(X, "iloc")):
+            from fedgca.data.table import table_from_arrays
+
+            X = np.asarray(X)
+            t = table_from_arrays(X, where="the rows to score", schema=self._schema()) if X.ndim == 2 and \
+                X.shape[1] == len(self._schema().features) else None
+            if t is None:
+                raise ValueError(f"the rows to score have shape {X.shape}; this detector reads "
+                                 f"{len(self._schema().features)} raw feature columns ({', '.join(self._schema().columns[:6])}"
+                                 f"{' ...' if len(self._schema().features) > 6 else ''})")
+            return self.preprocessor.transform(t.features)
+        return self._inputs(X)
 
     def _schema(self):
         if self.schema is None:

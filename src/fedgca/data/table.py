@@ -364,8 +364,9 @@ def table_from_arrays(X, y=None, sites=None, *, names: list[str] | None = None, 
     return _finish(frame, schema, where, lambda r: f"row {r + 1}: ", y is not None, files or [where])
 
 
-def read_array_file(path: Path, schema: Schema | None = None) -> RawTable:
-    """ODDS ``.mat`` (MATLAB v5; v7.3 is HDF5, which scipy does not read) or ADBench ``.npz`` (X, y)."""
+def read_array_file(path: Path, schema: Schema | None = None, *, require_label: bool = True) -> RawTable:
+    """ODDS ``.mat`` (MATLAB v5; v7.3 is HDF5, which scipy does not read) or ADBench ``.npz`` (X, y; rows to
+    score need only X)."""
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     if path.stat().st_size == 0:
@@ -387,11 +388,12 @@ def read_array_file(path: Path, schema: Schema | None = None) -> RawTable:
             hint = " (MATLAB v7.3 files are HDF5: re-save with -v7 or convert to .npz)" \
                 if path.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n" or b"7.3" in path.read_bytes()[:128] else ""
             raise DataError(f"{path}: not a readable .mat file{hint} ({' '.join(str(e).split())[:120]})") from None
-    missing = [k for k in ("X", "y") if k not in arrays]
+    missing = [k for k in ("X", "y") if k not in arrays and (require_label or k == "X")]
     if missing:
         raise DataError(f"{path}: no array {' or '.join(missing)} (an ODDS .mat / ADBench .npz holds X, the "
                         "features, and y, 1 = anomaly)")
-    return table_from_arrays(arrays["X"], arrays["y"], where=str(path), files=[path.name], schema=schema)
+    return table_from_arrays(arrays["X"], arrays.get("y"), where=str(path), files=[path.name],
+                             schema=schema)
 
 
 # --------------------------------------------------------------------------- DataFrames
@@ -419,7 +421,7 @@ def read_file(path, schema: Schema | None, *, require_label: bool = True) -> Raw
     """One file of any supported kind."""
     path = Path(path)
     if path.suffix.lower() in ARRAY_FILES:
-        return read_array_file(path, schema)
+        return read_array_file(path, schema, require_label=require_label)
     if schema is None:
         raise DataError(f"{path}: a schema is needed to read this file (fedgca schema infer {path.name} "
                         "--label COLUMN --normal VALUE writes one)")
