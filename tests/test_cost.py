@@ -57,7 +57,9 @@ def counted(monkeypatch):
     dict(method="centralized", val_fraction=0.1),
     dict(method="fedavg", participation=0.5),
     dict(method="fedprox", baseline_eval="local"),
-], ids=["gca", "gca-align-evals-val", "gca-align-evals-client0", "single", "centralized-val", "fedavg-half", "fedprox-local-eval"])
+    dict(method="fedavg", baseline_eval="local", eval_local_epochs=True),
+], ids=["gca", "gca-align-evals-val", "gca-align-evals-client0", "single", "centralized-val", "fedavg-half", "fedprox-local-eval",
+        "fedavg-local-epoch-evals"])
 def test_predicted_flops_equal_the_engines_work(tmp_path, data_dir, counted, overrides):
     from fedgca.simulation.runner import run
 

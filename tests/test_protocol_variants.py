@@ -133,3 +133,32 @@ def test_validation_threshold_on_flower_matches_the_simulator(tmp_path, data_dir
     simulate(cfg, tmp_path / "flower", data_dir=data_dir)
     run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
     assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
+
+
+def test_eval_local_epochs_evaluates_the_local_models_after_every_local_epoch(tmp_path, data_dir):
+    """The diagnostic (issue #33): rows of phase local-epoch after each of the E local epochs; the one after the
+    last epoch is the pre-aggregation evaluation (--baseline-eval local's row), and training is unchanged."""
+    import csv as _csv
+
+    from fedgca.simulation.runner import run as run_sim
+
+    base = dict(dataset="academic", method="fedavg", rounds=2, local_epochs=3, seed=100)
+    diag = run_sim(RunConfig(**base, eval_local_epochs=True, baseline_eval="local"), tmp_path / "d", data_dir=data_dir,
+                   progress=False)
+    plain = run_sim(RunConfig(**base), tmp_path / "p", data_dir=data_dir, progress=False)
+    rows = list(_csv.DictReader((tmp_path / "d" / "metrics.csv").open()))
+    local_epoch = [r for r in rows if r["phase"] == "local-epoch"]
+    assert [(r["round"], r["epoch"]) for r in local_epoch] == [(str(r), str(e)) for r in (1, 2) for e in (1, 2, 3)]
+    local = [r for r in rows if r["phase"] == "local"]
+    for r in (1, 2):
+        last = next(x for x in local_epoch if x["round"] == str(r) and x["epoch"] == "3")
+        pre = next(x for x in local if x["round"] == str(r))
+        assert last["accuracy"] == pre["accuracy"] and last["auroc"] == pre["auroc"]
+    assert set(diag["local_epoch_peak_accuracy"]) == {"1", "2", "3"}
+    # evaluating does not train: the global model's rounds are the plain run's
+    g = [r for r in rows if r["phase"] == "round"]
+    p = [r for r in _csv.DictReader((tmp_path / "p" / "metrics.csv").open()) if r["phase"] == "round"]
+    assert [x["accuracy"] for x in g] == [x["accuracy"] for x in p]
+    assert plain["final"]["accuracy"] == diag["final"]["accuracy"]
+    with pytest.raises(ValueError, match="parameter-sharing"):
+        RunConfig(dataset="academic", method="gca", eval_local_epochs=True).resolved()

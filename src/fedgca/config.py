@@ -103,6 +103,8 @@ class RunConfig:
                               choices=BASELINE_EVALS)
     optimizer_state: str = _opt("keep", "parameter sharing: clients keep Adam's state across rounds, or start "
                                 "each round with a fresh Adam", choices=OPTIMIZER_STATES)
+    eval_local_epochs: bool = _opt(False, "parameter sharing, diagnostic: also evaluate the clients' local models "
+                                   "after every local epoch (rows of phase local-epoch; the simulator only)")
     # Record-level DP (DP-GCA, DP-SGD-FedAvg; docs/DP.md).
     dp_grad_clip: float = _opt(1.0, "DP-SGD per-example gradient clipping norm S_g > 0")
     dp_grad_sigma: float = _opt(1.0, "DP-SGD noise multiplier σ_g ≥ 0 (ignored with --target-epsilon)")
@@ -162,6 +164,10 @@ class RunConfig:
             raise ValueError(f"--partition natural gives one client (one site), and {self.method} is a federated "
                              "method: it needs two sites or more (--method single or centralized train one site)")
         _check(self, "eval_align_epochs", bool, lambda v: True, "")
+        _check(self, "eval_local_epochs", bool, lambda v: True, "")
+        if self.eval_local_epochs and methods.get(self.method).family != "parameter-sharing":
+            raise ValueError(f"--eval-local-epochs evaluates the local models of a parameter-sharing method "
+                             f"(not {self.method})")
         if self.eval_align_clients != "all" and not self.eval_align_epochs:
             raise ValueError(f"--eval-align-clients {self.eval_align_clients} chooses whom --eval-align-epochs "
                              "evaluates; add --eval-align-epochs")
@@ -217,7 +223,7 @@ class RunConfig:
 ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile",
                "dp_grad_clip": 1.0, "dp_grad_sigma": 1.0, "dp_code_clip": 1.0, "dp_code_sigma": 1.0,
                "target_epsilon": None, "gmm_warm_start": False, "eval_align_clients": "all",
-               "small_sites": "error", "data_digest": None}
+               "small_sites": "error", "data_digest": None, "eval_local_epochs": False}
 
 
 def option_name(name: str) -> str:

@@ -18,7 +18,7 @@ COMMON = frozenset({"dataset", "method", "seed", "rounds", "clients", "participa
 _GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
                   "eval_align_epochs", "eval_align_clients", "gmm_warm_start"})
 _LOCAL = frozenset({"local_epochs"})
-_SHARING = _LOCAL | {"baseline_eval", "optimizer_state"}  # the protocol variants of parameter sharing
+_SHARING = _LOCAL | {"baseline_eval", "optimizer_state", "eval_local_epochs"}  # protocol variants, a diagnostic
 _RECORD_DP = frozenset({"dp_grad_clip", "dp_grad_sigma", "target_epsilon", "dp_delta"})
 
 

@@ -58,6 +58,10 @@ def summary(cfg, *, clients: int, input_shape, latent_dim: int, param_count: int
     }
     if rows:
         s.update(protocol_results(rows, has_validation))
+        local = [r for r in rows if r["phase"] == "local-epoch"]
+        if local:  # --eval-local-epochs: per local epoch e, the best accuracy of the local models over the rounds
+            s["local_epoch_peak_accuracy"] = {str(e): max(r["accuracy"] for r in local if r["epoch"] == e)
+                                              for e in sorted({r["epoch"] for r in local})}
     record_dp = privacy.accounting(cfg, client_sizes)
     if record_dp is not None:
         s["dp"] = record_dp

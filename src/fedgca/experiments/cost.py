@@ -18,7 +18,8 @@ Per round, with C clients, N training rows (all clients), V validation rows, M t
 * Single-Client: E·6FN; one evaluation, 2F(C·M + N + V);
 * Centralized: E·6FN on the pooled rows; one evaluation of its one model, 2F(M + N + V);
 * parameter sharing: E·6F·N·m/C (m = ⌊φC⌋ participants: their expected rows); one evaluation of the
-  global model, scored once, 2F(M + N + V), plus 2F(C·M + N + V) with ``--baseline-eval local`` (the
+  global model, scored once, 2F(M + N + V), plus 2F(C·M + N + V) with ``--baseline-eval local`` and again
+  after every local epoch with ``--eval-local-epochs`` (the
   clients' own models before aggregation).
 """
 from __future__ import annotations
@@ -66,8 +67,8 @@ def round_parts(cfg: RunConfig, s: Sizes) -> dict[str, float]:
     if cfg.method == "centralized":
         return {"recon": 0, "align": 0, "local": local, "eval": one_model}
     share = num_participants(cfg.participation, C) / C
-    return {"recon": 0, "align": 0, "local": local * share,
-            "eval": one_model + (every_model if cfg.baseline_eval == "local" else 0)}
+    local_evals = (cfg.baseline_eval == "local") + (cfg.local_epochs if cfg.eval_local_epochs else 0)
+    return {"recon": 0, "align": 0, "local": local * share, "eval": one_model + local_evals * every_model}
 
 
 def round_flops(cfg: RunConfig, s: Sizes) -> dict[str, float]:

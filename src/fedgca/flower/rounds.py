@@ -207,6 +207,8 @@ def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions) -> dict:
     if methods.paper_phase(cfg) == "local":
         raise ValueError("--baseline-eval local runs in the in-process simulator only (the Flower apps evaluate "
                          "the global model)")
+    if cfg.eval_local_epochs:
+        raise ValueError("--eval-local-epochs (a diagnostic) runs in the in-process simulator only")
     if privacy.is_record_dp(cfg) and cfg.threshold != "val-quantile":
         raise ValueError(f"--method {cfg.method} on Flower needs --threshold val-quantile (with --val-fraction > 0): "
                          "a threshold set on the protected training rows would leave the client unaccounted")

@@ -79,8 +79,11 @@ class FedAvgSimulation(SimMethod):
         fed.clients.set_all(self.global_params, part)  # download θ^(r)
         if cfg.optimizer_state == "reset":  # a fresh Adam (and StepLR) per round, as most FL code does
             fed.clients.optim.reset(part)
+        # diagnostic: the clients' local models after every local epoch (where along local training the
+        # paper's figures may have been taken: issue #33)
+        after = (lambda e: evaluate("local-epoch", e)) if cfg.eval_local_epochs else None
         local_training(fed.clients, fed.shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size,
-                       client_loss_term(cfg, fed.clients, self.global_params), dp=self.dp)
+                       client_loss_term(cfg, fed.clients, self.global_params), dp=self.dp, after_epoch=after)
         if cfg.baseline_eval == "local":  # each client's own model after local training, before aggregation
             evaluate("local", -1)
         idx = torch.nonzero(part).flatten()

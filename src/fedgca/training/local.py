@@ -37,11 +37,12 @@ def reconstruction_per_example(n_feature_dims: int):
 
 def local_training(clients: StackedModels, shards: ClientShards, seed: int, r: int, epochs: int,
                     part: torch.Tensor, batch_size: int, extra_loss=None, client_ids=None,
-                    dp: RecordDP | None = None) -> None:
+                    dp: RecordDP | None = None, after_epoch=None) -> None:
     """``epochs`` epochs of mini-batch Adam on L_recon (+ an optional per-client term); DP-SGD with ``dp``.
 
     ``client_ids`` are the slots' global client ids (which key the batch order);
     default: slot i is client i. A Flower client (one slot) passes its own id.
+    ``after_epoch(e)``: called after each epoch (a diagnostic evaluation; it must not train).
     """
     ids = range(shards.num_clients) if client_ids is None else client_ids
     if dp is not None:
@@ -51,11 +52,15 @@ def local_training(clients: StackedModels, shards: ClientShards, seed: int, r: i
         for e in range(epochs):
             run_dp_epoch(clients, shards.x, shards.sizes, seeding.client_rngs(seed, "dp-local", (r, e), ids),
                          batch_size, per_example, list(clients.params), part, dp)
+            if after_epoch is not None:
+                after_epoch(e)
         return
     loss = reconstruction_loss(clients, shards.x.dim() - 2, extra_loss)
     for e in range(epochs):
         run_epoch(clients, shards, seeding.client_rngs(seed, "local", (r, e), ids), batch_size, loss,
                   list(clients.params), part)
+        if after_epoch is not None:
+            after_epoch(e)
 
 
 def client_loss_term(cfg, clients: StackedModels, global_params: dict[str, torch.Tensor]):
