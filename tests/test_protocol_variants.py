@@ -155,6 +155,11 @@ def test_eval_local_epochs_evaluates_the_local_models_after_every_local_epoch(tm
         pre = next(x for x in local if x["round"] == str(r))
         assert last["accuracy"] == pre["accuracy"] and last["auroc"] == pre["auroc"]
     assert set(diag["local_epoch_peak_accuracy"]) == {"1", "2", "3"}
+    from fedgca.reporting.tables import raw_csv
+
+    table = list(_csv.DictReader(raw_csv([diag, plain]).splitlines()))  # runs.csv keeps the per-epoch peaks
+    assert [float(v) for v in table[0]["local_epoch_peak_accuracy"].split(";")] == \
+        [diag["local_epoch_peak_accuracy"][e] for e in ("1", "2", "3")] and table[1]["local_epoch_peak_accuracy"] == ""
     # evaluating does not train: the global model's rounds are the plain run's
     g = [r for r in rows if r["phase"] == "round"]
     p = [r for r in _csv.DictReader((tmp_path / "p" / "metrics.csv").open()) if r["phase"] == "round"]

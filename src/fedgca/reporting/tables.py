@@ -88,4 +88,10 @@ def raw_csv(summaries: list[dict]) -> str:
     body = [[s.get(f) for f in fields] + [s[p][m] for p in ("peak", "final", "selected") for m in DETECTION]
             + _dp_cells(s) + [s["wall_seconds"], (s.get("code") or {}).get("git"), (s.get("code") or {}).get("cpu")]
             for s in summaries]
-    return csv_text(fields + metrics + [*DP_COLUMNS, "wall_seconds", "code", "cpu"], body)
+    extra = []
+    if any("local_epoch_peak_accuracy" in s for s in summaries):  # --eval-local-epochs runs: e=1 … E, ';'-joined
+        extra = ["local_epoch_peak_accuracy"]
+        for row, s in zip(body, summaries):
+            peaks = s.get("local_epoch_peak_accuracy") or {}
+            row.append(";".join(repr(peaks[e]) for e in sorted(peaks, key=int)))
+    return csv_text(fields + metrics + [*DP_COLUMNS, "wall_seconds", "code", "cpu", *extra], body)
