@@ -147,11 +147,13 @@ def run(data, method: str = "gca", *, out=None, data_dir=None, resume: bool = Fa
     return RunResult(out)
 
 
-def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data_dir=None, **options):
+def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data_dir=None, executor: str = "local",
+            address: str | None = None, **options):
     """Run ``methods`` × ``seeds`` on ``data`` (a resumable sweep in ``out``) and return the comparison table:
     a DataFrame with one row per method — mean and sample std over seeds of the final, peak (the paper's,
     chosen with test labels) and selected accuracy, AUROC and AUPRC. ``out`` also gets comparison.md/.csv
-    and runs.csv, as ``fedgca compare`` writes them."""
+    and runs.csv, as ``fedgca compare`` writes them. ``executor="ray"`` runs each run as a Ray task, on the
+    cluster at ``address`` or on a local Ray instance of ``workers`` CPUs (``pip install 'fedgca[ray]'``)."""
     import pandas as pd
 
     from fedgca.experiments import compare as grid
@@ -163,7 +165,8 @@ def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data
     name = source.label if source is not None else data
     base = RunConfig(dataset=name, **options)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix=f"fedgca-compare-{name}-"))
-    summaries = grid.run_grid(base, [name], methods, list(seeds), out, source or data_dir, workers)
+    summaries = grid.run_grid(base, [name], methods, list(seeds), out, source or data_dir, workers,
+                               executor=executor, address=address)
     comparison.write_outputs(out, summaries, methods)
     rows = []
     for m in methods:

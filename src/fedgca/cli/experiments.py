@@ -15,6 +15,20 @@ def _csv(kind=str):
     return lambda s: [kind(x) for x in s.split(",") if x]
 
 
+def _add_executor_options(p) -> None:
+    from fedgca.experiments.sweep import EXECUTORS
+
+    p.add_argument("--workers", type=int, default=_cores(),
+                   help=f"runs in parallel, one process and one torch thread each (default: the "
+                        f"machine's {_cores()} cores; 0 = in this process; with --executor ray and no "
+                        "--address: the local Ray instance's CPUs)")
+    p.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0],
+                   help="local: a pool of worker processes on this machine (default); ray: one Ray task per run "
+                        "(pip install 'fedgca[ray]'), on --address or on a local Ray instance bound to 127.0.0.1")
+    p.add_argument("--address", help="with --executor ray: the cluster's address (HOST:PORT, or auto for one "
+                                     "started on this machine with `ray start --head`)")
+
+
 def register(sub) -> None:
     from fedgca import methods
     from fedgca.cli.options import add_data_options
@@ -32,9 +46,7 @@ def register(sub) -> None:
     p.add_argument("--small-sites", choices=("error", "drop", "merge"), default="error",
                    help="natural partition: sites smaller than one batch [default: error]")
     p.add_argument("--out", default="results/compare")
-    p.add_argument("--workers", type=int, default=_cores(),
-                   help=f"runs in parallel, one process and one torch thread each (default: the "
-                        f"machine's {_cores()} cores; 0 = in this process)")
+    _add_executor_options(p)
     p.add_argument("--attack", action="store_true",
                    help=f"also attack client 0 of every {'/'.join(methods.names(attack=True))} run (SPEC §6) "
                         "and print the attack table; runs already attacked are not redone")
@@ -60,7 +72,8 @@ def cmd_compare(args) -> int:
     compare.grid(base, datasets, args.methods, args.seeds, source)  # every bad option or file fails here, first
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, data, args.workers)
+    summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, data, args.workers,
+                                 executor=args.executor, address=args.address)
     elapsed = time.perf_counter() - started
     print(comparison.render_comparison(summaries, args.methods))
     print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
@@ -86,9 +99,7 @@ def _register_sweep_report_comm(sub) -> None:
                                    "runs resume, failed runs are recorded and retried on the next invocation.")
     p.add_argument("spec", help="sweep file (TOML: [base] and [grid] / [[grid]] tables of RunConfig fields)")
     p.add_argument("--out", help="sweep directory (default: the file's `out`)")
-    p.add_argument("--workers", type=int, default=_cores(),
-                   help=f"runs in parallel, one process and one torch thread each (default: the "
-                        f"machine's {_cores()} cores; 0 = in this process)")
+    _add_executor_options(p)
     p.add_argument("--data-dir", help="dataset directory (default: the file's `data_dir`, $FEDGCA_DATA_DIR, cache)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.add_argument("--no-retry-failed", action="store_true", help="leave runs whose last attempt failed alone")
@@ -160,7 +171,7 @@ def cmd_sweep(args) -> int:
     try:
         res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
                               verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed,
-                              order=args.order)
+                              order=args.order, executor=args.executor, address=args.address)
     except sweep.SweepStopped as stop:  # one line; SIGTERM exits 143 and Ctrl-C 130, as a shell reports them
         print(f"fedgca: {stop}", file=sys.stderr)
         return 143 if "SIGTERM" in str(stop) else 130

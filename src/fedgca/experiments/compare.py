@@ -32,7 +32,8 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None) -> list[RunConf
     return [canonical(dataclasses.replace(bound[s], method=m)) for m in methods for s in seeds]
 
 
-def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1) -> list[dict]:
+def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1, *,
+             executor: str = "local", address: str | None = None) -> list[dict]:
     """Run every (dataset, method, seed) not already finished in ``root``; resume unfinished ones.
 
     A comparison is a sweep: same run directories (``root/runs/<config key>``), ledger, skipping,
@@ -44,7 +45,8 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
 
     configs = grid(base, datasets, methods, seeds, data_dir if isinstance(data_dir, DataSource) else None)
     # the table is read only when complete: start the longest runs first (the shortest makespan)
-    result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, order="longest-first")
+    result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, order="longest-first",
+                             executor=executor, address=address)
     if result["failed"]:
         raise RuntimeError(f"{len(result['failed'])} run(s) failed (see {Path(root) / sweep.LEDGER}): "
                            + "; ".join(str(f) for f in result["failed"])[:500])

@@ -375,11 +375,17 @@ def describe(cfg: RunConfig) -> str:
 
 
 ORDERS = ("grid", "longest-first")
+EXECUTORS = ("local", "ray")
 
 
 def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None, verbose: bool = False,
-              retry_failed: bool = True, order: str = "grid") -> dict:
+              retry_failed: bool = True, order: str = "grid", executor: str = "local",
+              address: str | None = None) -> dict:
     """Run every config not finished in ``root``; returns counts and the failures.
+
+    ``executor``: "local", a pool of ``workers`` processes on this machine, or "ray", one Ray task per run
+    (:mod:`fedgca.experiments.ray_executor`) on the cluster at ``address``, or on a local Ray instance of
+    ``workers`` CPUs. Both write the same run directories and ledger.
 
     ``order``: "grid" starts the runs in the file's order (its first cells finish first, for a partial
     report); "longest-first" by predicted FLOPs, largest first, so that the last runs to start are the
@@ -387,6 +393,14 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     """
     if order not in ORDERS:
         raise ValueError(f"--order {order!r}: choose one of {', '.join(ORDERS)}")
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
+    if address and executor != "ray":
+        raise ValueError("--address names a Ray cluster: it needs --executor ray")
+    if executor == "ray":
+        from fedgca.experiments import ray_executor
+
+        ray_executor.require()  # before anything is written
     root = Path(root)
     (root / RUNS).mkdir(parents=True, exist_ok=True)
     ledger = Ledger(root / LEDGER)
@@ -407,8 +421,8 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
             continue
         todo.append(cfg)
     result = {"total": len(configs), "skipped": len(configs) - len(todo), "finished": 0, "failed": []}
-    log.info("sweep %s: %d runs, %d already done, %d to run on %d worker(s)", root, len(configs),
-             result["skipped"], len(todo), workers)
+    log.info("sweep %s: %d runs, %d already done, %d to run on %s", root, len(configs), result["skipped"],
+             len(todo), f"Ray ({address})" if address else f"{workers} worker(s)" + (" of Ray" if executor == "ray" else ""))
     if not todo:
         return result
     flops = predicted_flops(todo, data_dir)
@@ -423,7 +437,10 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     in_main = threading.current_thread() is threading.main_thread()  # only there can a signal handler go
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if in_main else None
     try:
-        _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
+        if executor == "ray":
+            _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address)
+        else:
+            _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
     except KeyboardInterrupt as stop:
         raise SweepStopped(
             f"sweep {root} stopped ({stop if isinstance(stop, SweepStopped) else 'interrupted'}) after "
@@ -493,6 +510,19 @@ def _data_arg(data_dir):
     return str(data_dir)
 
 
+def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address) -> None:
+    from fedgca.experiments import ray_executor
+
+    def on_result(cfg: RunConfig, res: dict) -> None:
+        if res.get("in_place") is False:  # it ran in a scratch directory of another node: the driver notes it
+            ledger.append("started", cfg.key(), executor="ray", node=res.get("node"), config=cfg.to_dict())
+        _record(ledger, finished, result, cfg, root, len(todo), res)
+
+    jobs = [(cfg, cfg.to_dict(), run_dir(root, cfg), _data_arg(data_dir)) for cfg in todo]
+    ray_executor.run_all(jobs, execute, on_result, root=root, workers=max(1, min(int(workers), len(todo))),
+                         address=address, verbose=verbose)
+
+
 def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) -> None:
     if int(workers) <= 0:  # in this process, one run after another (debugging; no isolation)
         for cfg in todo:
@@ -550,5 +580,5 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
                     "status": "failed", "error": "worker process died (killed, out of memory, or could not start)"})
 
 
-__all__ = ["ORDERS", "Ledger", "SweepSpec", "SweepStopped", "canonical", "execute", "load_spec", "parse_spec",
+__all__ = ["EXECUTORS", "ORDERS", "Ledger", "SweepSpec", "SweepStopped", "canonical", "execute", "load_spec", "parse_spec",
            "run_dir", "run_sweep", "status"]

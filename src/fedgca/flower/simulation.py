@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fedgca.config import RunConfig
 from fedgca.flower.config import to_run_config
+from fedgca.ray_local import pin_loopback
 from fedgca.threads import available_cores
 
 ENGINES = ("inprocess", "ray")
@@ -96,9 +97,7 @@ def _run_ray(server_app, client_app, cfg: RunConfig, data_dir) -> None:
     if data_dir:  # Ray workers inherit the environment; nodes read $FEDGCA_DATA_DIR
         os.environ["FEDGCA_DATA_DIR"] = str(Path(data_dir).resolve())
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   # a local Ray instance listens on the loopback interface only
-                                   "init_args": {"num_cpus": available_cores(), "_node_ip_address": "127.0.0.1",
-                                                 "include_dashboard": False}})
+                                   # the local Ray instance listens on the loopback interface only
+                                   "init_args": {"num_cpus": available_cores(), **pin_loopback()}})
