@@ -160,7 +160,7 @@ def test_a_node_without_the_drivers_files_returns_the_run_directory(tmp_path, da
 
 
 def test_executor_options_are_checked_before_anything_runs(tmp_path):
-    with pytest.raises(ValueError, match="--address names a Ray cluster"):
+    with pytest.raises(ValueError, match="--address and --gpus-per-run are the Ray executor's"):
         sweep.run_sweep([_cfg()], tmp_path / "s", address="auto")
     with pytest.raises(ValueError, match="--executor 'dask'"):
         sweep.run_sweep([_cfg()], tmp_path / "s", executor="dask")

@@ -116,6 +116,37 @@ def test_variants_table_delta_and_verdicts(tmp_path):
     assert "consistent with the paper on 1/1" in out.read_text() and out.with_suffix(".csv").exists()
 
 
+def test_noniid_variants_and_the_local_epoch_diagnostic(tmp_path):
+    """Non-IID runs are judged against the paper's non-IID table (academic FedAvg 62.24 ± 1.20), and the
+    --eval-local-epochs rows give a peak per local epoch e; e = 3 is fabricated to sit on the paper's figure."""
+    from fedgca.reporting import variants
+
+    for seed in (100, 200, 300):
+        d = tmp_path / f"noniid-{seed}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"dataset": "academic", "method": "fedavg", "seed": seed,
+                                                   "partition": "dirichlet", "baseline_eval": "local",
+                                                   "eval_local_epochs": True}))
+        (d / "summary.json").write_text("{}")
+        rows = ["round,phase,epoch,accuracy,auroc,auprc,train_error,val_error,paper"]
+        for r in (1, 2):
+            rows += [f"{r},local-epoch,{e},{0.60 + 0.0074 * e - 0.001 * (e - 3) ** 2 - 0.01 * (2 - r)},0.7,0.7,0.1,nan,0"
+                     for e in range(1, 11)]
+            rows += [f"{r},local,,0.55,0.7,0.7,0.1,nan,1", f"{r},round,,0.6422,0.7,0.7,0.1,nan,0"]
+        (d / "metrics.csv").write_text("\n".join(rows) + "\n")
+    got = {(r["partition"], r["evaluation"]): r for r in variants.variant_rows(tmp_path)}
+    assert set(got) == {("dirichlet", "global"), ("dirichlet", "local")}
+    assert got["dirichlet", "global"]["paper_mean"] == pytest.approx(62.24)  # the non-IID table, not the IID one
+    assert got["dirichlet", "global"]["delta"] == pytest.approx(64.22 - 62.24)
+    (epochs,) = variants.local_epoch_rows(tmp_path)
+    assert epochs["e3"] == pytest.approx(62.22) and epochs["global"] == pytest.approx(64.22)
+    assert epochs["best_e"] == 3 and epochs["best_delta"] == pytest.approx(-0.02)
+    lines = variants.epoch_fit_lines([epochs])
+    assert lines[2].startswith("e = 3: consistent on 1/1") and lines[-1].startswith("one e fits every cell")
+    text = variants.write_variants(tmp_path).read_text()
+    assert "after every local epoch" in text and (tmp_path / "VARIANTS_local_epochs.csv").exists()
+
+
 def test_protocol_variants_are_not_paper_cells(fixture_dir):
     """A run under another reporting protocol (here --baseline-eval local) never enters a paper cell."""
     d = fixture_dir / "variant"
@@ -190,7 +221,7 @@ def test_claims_under_each_variant(tmp_path):
     assert claims["global"]["fedgca"] == "0/1 (none)" and claims["global"]["status"] == "not reproduced"
     assert claims["local"]["fedgca"] == "1/1 (academic)" and claims["local"]["status"] == "reproduced"
     text = variants.write_variants(tmp_path).read_text()
-    assert "GCA-vs-baseline claims under each variant" in text and "| local | keep | train-quantile | FedAvg" in text
+    assert "GCA-vs-baseline claims under each variant" in text and "| iid | local | keep | train-quantile | FedAvg" in text
 
 
 def test_a_summary_that_is_not_a_runs_is_skipped_with_a_note(fixture_dir, caplog):

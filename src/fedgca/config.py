@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from fedgca import methods
+from fedgca import devices, methods
 from fedgca.data import VISION
 from fedgca.data.partition import SMALL_SITES
 from fedgca.protocol.fedprox import effective_coefficient
@@ -112,6 +112,10 @@ class RunConfig:
     dp_code_sigma: float = _opt(1.0, "DP-GCA code noise multiplier σ_z ≥ 0 (ignored with --target-epsilon)")
     target_epsilon: float | None = _opt(None, "record-level ε to calibrate σ_g = σ_z to, at --dp-delta",
                                         preset="use the σ's as given")
+    # Where it computes (fedgca.devices): not part of the run's identity (its key), like the thread count.
+    device: str = _opt("auto", "torch device: auto (CUDA when available, else the CPU), cpu, cuda, cuda:N or mps; "
+                       "seeded draws are made on the CPU on every device, so results agree across devices to "
+                       "floating-point tolerance")
     # Own data: the content's identity (data bytes, schema, test file), set when fedgca reads --data; no path.
     data_digest: str | None = _opt(None, "own data's content digest (set from --data; resume checks it)",
                                    preset="a built-in dataset", derived=True)
@@ -163,6 +167,7 @@ class RunConfig:
         if self.partition == "natural" and self.clients == 1 and methods.get(self.method).family != "single-site":
             raise ValueError(f"--partition natural gives one client (one site), and {self.method} is a federated "
                              "method: it needs two sites or more (--method single or centralized train one site)")
+        devices.check(self.device)
         _check(self, "eval_align_epochs", bool, lambda v: True, "")
         _check(self, "eval_local_epochs", bool, lambda v: True, "")
         if self.eval_local_epochs and methods.get(self.method).family != "parameter-sharing":
@@ -210,9 +215,12 @@ class RunConfig:
         """A short stable hash of the resolved config: names a run in sweeps and caches.
 
         Fields added after runs were published enter the hash only when they differ from their
-        default, so adding an option never renames the runs made before it.
+        default, so adding an option never renames the runs made before it; where a run computes
+        (``EXECUTION_ONLY``) never does: a run resumed on another device continues the same run.
         """
         d = self.resolved().to_dict()
+        for name in EXECUTION_ONLY:
+            d.pop(name)
         for name, default in ADDED_LATER.items():
             if d.get(name) == default:
                 d.pop(name)
@@ -224,6 +232,10 @@ ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold"
                "dp_grad_clip": 1.0, "dp_grad_sigma": 1.0, "dp_code_clip": 1.0, "dp_code_sigma": 1.0,
                "target_epsilon": None, "gmm_warm_start": False, "eval_align_clients": "all",
                "small_sites": "error", "data_digest": None, "eval_local_epochs": False}
+
+
+# Fields that say where a run computes, not what: kept out of its key.
+EXECUTION_ONLY = ("device",)
 
 
 def option_name(name: str) -> str:

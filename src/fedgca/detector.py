@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedgca import rundir
+from fedgca import devices, rundir
 from fedgca.evaluation.metrics import quantile_threshold
 from fedgca.models import build_model
 from fedgca.protocol.losses import reconstruction_per_row
@@ -34,12 +34,14 @@ from fedgca.protocol.losses import reconstruction_per_row
 class AnomalyDetector:
     def __init__(self, model: torch.nn.Module, *, quantile: float = 0.75, contamination: float | None = None,
                  threshold: float | None = None, preprocessor=None, dataset: str | None = None,
-                 kind: str = "tabular", meta: dict | None = None, schema=None):
+                 kind: str = "tabular", meta: dict | None = None, schema=None, device=None):
+        """``device``: where it scores (fedgca.devices: a name or torch.device); None keeps the model's."""
         if contamination is not None:
             if not 0 < contamination < 1:
                 raise ValueError(f"contamination must be in (0, 1), got {contamination!r}")
             quantile = 1.0 - contamination
-        self.model = model.eval()
+        self.model = (model if device is None else model.to(devices.resolve(device) if isinstance(device, str)
+                                                          else device)).eval()
         self.quantile = quantile
         self.threshold_ = threshold
         self.decision_scores_: np.ndarray | None = None
@@ -54,6 +56,10 @@ class AnomalyDetector:
     def contamination(self) -> float:
         """PyOD's name for the paper's rule: the fraction of training rows flagged, 1 − quantile."""
         return 1.0 - self.quantile
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -93,9 +99,9 @@ class AnomalyDetector:
     @torch.no_grad()
     def decision_function(self, X) -> np.ndarray:
         """s(x) = ||x − T(x)||² for model-ready inputs, or for a DataFrame of raw records."""
-        x = torch.as_tensor(self._inputs(X), dtype=torch.float32)
+        x = torch.as_tensor(self._inputs(X), dtype=torch.float32, device=self.device)
         out = [reconstruction_per_row(c, self.model(c), c.dim() - 1) for c in torch.split(x, 4096)]
-        return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+        return devices.to_numpy(torch.cat(out)) if out else np.zeros(0, dtype=np.float32)
 
     def fit(self, X: np.ndarray, y=None) -> "AnomalyDetector":
         """Score the (normal) training rows; τ = their ``quantile`` (SPEC §5, the same rule as the evaluation)."""
@@ -138,7 +144,7 @@ class AnomalyDetector:
         """Write model.pt and detector.json (atomically); returns their paths."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        rundir.save_tensors(d / MODEL, self.model.state_dict())
+        rundir.save_tensors(d / MODEL, {k: v.cpu() for k, v in self.model.state_dict().items()})
         doc = {"dataset": self.dataset, "kind": self.kind, "quantile": self.quantile,
                "threshold": self.threshold_, **self.meta,
                "preprocessor": self.preprocessor.to_dict() if self.preprocessor is not None else None,
@@ -147,8 +153,9 @@ class AnomalyDetector:
         return [d / MODEL, d / DOC]
 
     @classmethod
-    def load(cls, directory, *, run_dir=None) -> "AnomalyDetector":
-        """Read a saved detector; ``run_dir`` (its run directory) checks both files against the manifest."""
+    def load(cls, directory, *, run_dir=None, device="cpu") -> "AnomalyDetector":
+        """Read a saved detector; ``run_dir`` (its run directory) checks both files against the manifest;
+        ``device``: where it scores (``auto``: CUDA when available)."""
         d = Path(directory)
         if not (d / DOC).exists():
             raise FileNotFoundError(f"no detector in {d} (expected {DOC} and {MODEL})")
@@ -157,7 +164,8 @@ class AnomalyDetector:
                 rundir.verify(run_dir, (d / name).relative_to(run_dir).as_posix())
         doc = rundir.load_json(d / DOC)
         try:
-            model = build_model(tuple(doc["input_shape"]))
+            with torch.device("cpu"):  # the file's tensors are CPU tensors; moved to ``device`` below
+                model = build_model(tuple(doc["input_shape"]))
             model.load_state_dict(rundir.load_tensors(d / MODEL))
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
             if isinstance(err, rundir.RunFileError):
@@ -176,7 +184,7 @@ class AnomalyDetector:
         meta = {k: v for k, v in doc.items()
                 if k not in ("dataset", "kind", "quantile", "threshold", "preprocessor", "schema")}
         return cls(model, quantile=doc["quantile"], threshold=doc["threshold"], preprocessor=pre,
-                   dataset=doc["dataset"], kind=doc["kind"], meta=meta, schema=schema)
+                   dataset=doc["dataset"], kind=doc["kind"], meta=meta, schema=schema, device=device)
 
 
 MODEL = "model.pt"
@@ -187,9 +195,9 @@ def client_dir(run_dir, i: int) -> Path:
     return Path(run_dir) / rundir.CLIENTS / f"client_{i:03d}"
 
 
-def load_client_detector(run_dir, i: int) -> "AnomalyDetector":
+def load_client_detector(run_dir, i: int, device="cpu") -> "AnomalyDetector":
     """Client i's detector of a finished run, verified against the run's manifest."""
-    return AnomalyDetector.load(client_dir(run_dir, i), run_dir=Path(run_dir))
+    return AnomalyDetector.load(client_dir(run_dir, i), run_dir=Path(run_dir), device=device)
 
 
 def save_client_detectors(run_dir, fed, method) -> list[str]:
@@ -206,8 +214,8 @@ def save_client_detectors(run_dir, fed, method) -> list[str]:
                               meta={"client": i, "method": fed.cfg.method, "round": fed.cfg.rounds,
                                     "input_shape": list(fed.dataset.input_shape),
                                     "threshold_rows": "validation" if fed.cfg.threshold == "val-quantile"
-                                    else "training"})
+                                    else "training"}, device=fed.device)
         tau_rows = fed.val_shards if fed.cfg.threshold == "val-quantile" else fed.shards
-        det.fit(tau_rows.client(i).numpy())
+        det.fit(devices.to_numpy(tau_rows.client(i)))
         written += [p.relative_to(run_dir).as_posix() for p in det.save(client_dir(run_dir, i))]
     return written

@@ -67,7 +67,7 @@ def _codes_tensor(codes, device) -> Tensor:
 
 def _fresh_model(input_shape: tuple[int, ...], seed: int, device) -> nn.Module:
     """``build_model(input_shape)`` initialised from the seed inside a forked global RNG."""
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # the CPU's draws on every device
         torch.manual_seed(seeding.int_seed(seed, "surrogate_init"))
         model = build_model(tuple(input_shape))
     return model.to(device)
@@ -84,7 +84,7 @@ def _split(m: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
 
 def _epoch(model, opt, z_train: Tensor, batch_size: int, gen: torch.Generator) -> None:
     """One pass of mini-batch Adam on the flipped loss (shuffled with the private generator)."""
-    order = torch.randperm(len(z_train), generator=gen).to(z_train.device)
+    order = torch.randperm(len(z_train), generator=gen, device="cpu").to(z_train.device)  # the CPU's draws
     for start in range(0, len(z_train), batch_size):
         batch = z_train[order[start : start + batch_size]]
         opt.zero_grad(set_to_none=True)
@@ -127,7 +127,7 @@ def train_surrogate(
     z_train = z[torch.as_tensor(train_idx, device=device)]
     z_val = z[torch.as_tensor(val_idx, device=device)] if len(val_idx) else z_train
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    gen = torch.Generator().manual_seed(seeding.int_seed(seed, "surrogate_batches"))
+    gen = torch.Generator(device="cpu").manual_seed(seeding.int_seed(seed, "surrogate_batches"))
 
     best_loss, best_state, stale = flipped_loss(model, z_val), copy.deepcopy(model.state_dict()), 0
     best_epoch, epochs = 0, 0

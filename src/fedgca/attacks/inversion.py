@@ -76,12 +76,12 @@ def make_starts(
     float32 tensor [n, *input_shape].
     """
     kind = kind or start_kind(input_shape)
-    gen = torch.Generator().manual_seed(seeding.int_seed(seed, "inversion_starts"))
+    gen = torch.Generator(device="cpu").manual_seed(seeding.int_seed(seed, "inversion_starts"))
     shape = (int(n), *map(int, input_shape))
     if kind == "tabular":
-        return torch.randn(shape, generator=gen)
+        return torch.randn(shape, generator=gen, device="cpu")
     if kind == "vision":
-        return torch.rand(shape, generator=gen) * 2.0 - 1.0
+        return torch.rand(shape, generator=gen, device="cpu") * 2.0 - 1.0
     raise ValueError(f"unknown start kind {kind!r} (expected 'tabular' or 'vision')")
 
 

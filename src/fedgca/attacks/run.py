@@ -20,6 +20,7 @@ SPEC §4 — stay exactly as the run had them.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedgca import methods, privacy, rundir, seeding
+from fedgca import devices, methods, privacy, rundir, seeding
 from fedgca.attacks.flipping import direct_decodes, train_surrogate
 from fedgca.attacks.inversion import (
     VISION_BOUNDS,
@@ -55,8 +56,8 @@ def victim_upload_codes(fed, victim: int, epochs: int = EXTRA_RECON_EPOCHS) -> n
     """GCA victim: ``epochs`` more reconstruction epochs from its checkpoint, then its usual upload."""
     cfg = fed.cfg
     solo = fed.clients.client_stack(victim, fed.template)
-    shard = ClientShards.from_arrays([fed.shards.client(victim).numpy()])
-    one = torch.ones(1, dtype=torch.bool)
+    shard = ClientShards.from_arrays([devices.to_numpy(fed.shards.client(victim))], device=fed.device)
+    one = torch.ones(1, dtype=torch.bool, device="cpu")
     gcfg = gca_training.gca_config(cfg, fed.dataset.kind, privacy.resolve(cfg, fed.shards.sizes))  # DP-GCA: its noise
     for e in range(epochs):
         gca_training.reconstruction_epoch(solo, shard, seeding.client_rngs(cfg.seed, "attack-recon", (e,), [victim]), gcfg, one)
@@ -65,22 +66,24 @@ def victim_upload_codes(fed, victim: int, epochs: int = EXTRA_RECON_EPOCHS) -> n
 
 
 def flipping_attack(codes: np.ndarray, input_shape: tuple[int, ...], seed: int, *, surrogate_options=None,
-                    inversion_options=None) -> tuple[np.ndarray, np.ndarray, dict]:
+                    inversion_options=None, device="cpu") -> tuple[np.ndarray, np.ndarray, dict]:
     """Server side of GCA's attack: surrogate from the codes alone, 100-start inversion of T̃ = D̃ ∘ Ẽ."""
-    surrogate = train_surrogate(codes, input_shape, seed=seed, **(surrogate_options or {}))
+    surrogate = train_surrogate(codes, input_shape, seed=seed, **{"device": device, **(surrogate_options or {})})
     kind = start_kind(input_shape)
-    starts = make_starts(100, input_shape, seed=seed, kind=kind)
+    starts = make_starts(100, input_shape, seed=seed, kind=kind).to(device)  # drawn on the CPU
     with torch.enable_grad():
         result = invert(surrogate, starts, bounds=VISION_BOUNDS if kind == "vision" else None,
                         **(inversion_options or {}))
-    decodes = direct_decodes(surrogate, codes).detach().numpy()
-    return result.outputs.numpy(), decodes, dict(surrogate.fit_info, inversion_steps_mean=float(result.steps.float().mean()))
+    decodes = devices.to_numpy(direct_decodes(surrogate, codes))
+    return devices.to_numpy(result.outputs), decodes, dict(surrogate.fit_info, inversion_steps_mean=float(result.steps.float().mean()))
 
 
-def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=None, inversion_options=None) -> dict:
+def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=None, inversion_options=None,
+               device: str | None = None) -> dict:
     """Attack ``victim`` of the finished run in ``run_dir``; writes attack.json and attack_outputs.npz there.
 
-    ``surrogate_options`` / ``inversion_options`` override SPEC §6's presets (tests use small budgets).
+    ``surrogate_options`` / ``inversion_options`` override SPEC §6's presets (tests use small budgets);
+    ``device`` (fedgca.devices) where the attack computes, by default the run's ``--device``.
     """
     from fedgca.simulation.federation import build_federation
     
@@ -88,6 +91,8 @@ def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=Non
     if not (run_dir / rundir.SUMMARY).exists():
         raise FileNotFoundError(f"{run_dir}: no {rundir.SUMMARY} — attack a finished run")
     cfg = RunConfig.from_dict(rundir.load_json(rundir.verify(run_dir, rundir.CONFIG))).resolved()
+    if device is not None:
+        cfg = dataclasses.replace(cfg, device=device).resolved()
     threat_model = methods.get(cfg.method).attack
     if threat_model is None:
         raise ValueError(f"{run_dir}: method {cfg.method!r} sends nothing a server could attack "
@@ -107,7 +112,7 @@ def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=Non
     if threat_model == "latent":
         codes = victim_upload_codes(fed, victim)
         outputs, decodes, extra["surrogate"] = flipping_attack(codes, shape, cfg.seed, surrogate_options=surrogate_options,
-                                                               inversion_options=inversion_options)
+                                                               inversion_options=inversion_options, device=fed.device)
         threat = "latent-only flipping (surrogate trained on the victim's uploaded codes alone)"
     else:
         state = ckpt["method"]
@@ -116,8 +121,9 @@ def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=Non
                              "fedgca, or the client never took part); re-run it to attack it")
         model = fed.template
         model.load_state_dict({k: v[victim] for k, v in state["last_upload"].items()})
+        model.to(fed.device)
         with torch.enable_grad():
-            outputs = invert_model(model, shape, seed=cfg.seed, **(inversion_options or {})).outputs.numpy()
+            outputs = devices.to_numpy(invert_model(model, shape, seed=cfg.seed, **(inversion_options or {})).outputs)
         decodes, codes = None, None
         extra["upload_round"] = int(state["last_upload_round"][victim]) + 1
         threat = "white-box inversion of the victim's round-R upload"

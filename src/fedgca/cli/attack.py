@@ -5,7 +5,7 @@ import json
 
 
 def register(sub) -> None:
-    from fedgca import methods
+    from fedgca import devices, methods
 
     white_box = [m for m in methods.names(attack=True) if methods.get(m).attack == "white-box"]
     latent = [m for m in methods.names(attack=True) if methods.get(m).attack == "latent"]
@@ -22,6 +22,7 @@ def register(sub) -> None:
     p.add_argument("--test-file", metavar="FILE", help="own data's test file, as given to the run")
     p.add_argument("--test-split", choices=("balanced", "balanced-tail", "per-site"),
                    help="own data's test split, as given to the run")
+    p.add_argument("--device", help=f"where the attack computes: {devices.CHOICES} (default: the run's --device)")
     p.set_defaults(func=cmd_attack)
 
 
@@ -37,7 +38,7 @@ def cmd_attack(args) -> int:
 
         name = rundir.load_json(rundir.verify(Path(args.run), rundir.CONFIG))["dataset"]
         data = open_source(args.data, args.schema, test_file=args.test_file, test_split=args.test_split, name=name)
-    rec = attack_run(args.run, victim=args.victim, data_dir=data)
+    rec = attack_run(args.run, victim=args.victim, data_dir=data, device=args.device)
     shown = {k: rec[k] for k in ("method", "dataset", "seed", "victim", "ntmse", "delta_cos", "attack_seconds")}
     if "direct_decodes" in rec:
         shown["direct_decodes"] = {k: rec["direct_decodes"][k] for k in ("ntmse", "delta_cos")}

@@ -40,7 +40,7 @@ def cmd_run(args) -> int:
 def cmd_score(args) -> int:
     from fedgca.detector import load_client_detector
 
-    det = load_client_detector(args.run, args.client)
+    det = load_client_detector(args.run, args.client, device=args.device)
     scores, flags = det.score_file(args.input)
     out = open(args.output, "w", newline="") if args.output else sys.stdout
     try:

@@ -27,6 +27,9 @@ def _add_executor_options(p) -> None:
                         "(pip install 'fedgca[ray]'), on --address or on a local Ray instance bound to 127.0.0.1")
     p.add_argument("--address", help="with --executor ray: the cluster's address (HOST:PORT, or auto for one "
                                      "started on this machine with `ray start --head`)")
+    p.add_argument("--gpus-per-run", type=float, default=0.0,
+                   help="with --executor ray: the GPU share each run's task asks for (runs with --device cuda; "
+                        "0.25 packs four runs on a GPU) [default: 0]")
 
 
 def register(sub) -> None:
@@ -73,7 +76,7 @@ def cmd_compare(args) -> int:
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, data, args.workers,
-                                 executor=args.executor, address=args.address)
+                                 executor=args.executor, address=args.address, gpus_per_run=args.gpus_per_run)
     elapsed = time.perf_counter() - started
     print(comparison.render_comparison(summaries, args.methods))
     print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
@@ -171,7 +174,8 @@ def cmd_sweep(args) -> int:
     try:
         res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
                               verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed,
-                              order=args.order, executor=args.executor, address=args.address)
+                              order=args.order, executor=args.executor, address=args.address,
+                              gpus_per_run=args.gpus_per_run)
     except sweep.SweepStopped as stop:  # one line; SIGTERM exits 143 and Ctrl-C 130, as a shell reports them
         print(f"fedgca: {stop}", file=sys.stderr)
         return 143 if "SIGTERM" in str(stop) else 130

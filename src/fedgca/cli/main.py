@@ -5,6 +5,7 @@ import argparse
 import logging
 import sys
 
+from fedgca import devices
 from fedgca.cli import commands
 from fedgca.cli.options import add_run_options
 
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", required=True, help="a finished run directory")
     p.add_argument("--client", type=int, required=True)
     p.add_argument("--input", required=True, help="raw file in the dataset's own format (vision: PNG dir or .npy)")
+    p.add_argument("--device", default="cpu", help=f"where it scores: {devices.CHOICES} [default: cpu]")
     p.add_argument("--output", help="CSV to write (default: stdout)")
     p.set_defaults(func=commands.cmd_score)
 

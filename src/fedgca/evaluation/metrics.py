@@ -28,7 +28,7 @@ def _scores(clients: StackedModels, i: int, x: Tensor) -> Tensor:
     """s(x) = ||x − T_i(x)||² of client i's model on rows x, pass by pass."""
     n_feature_dims = x.dim() - 1
     step = chunk_rows(x.shape[1:])
-    out = torch.empty(len(x), dtype=x.dtype)
+    out = torch.empty(len(x), dtype=x.dtype, device=x.device)
     for start in range(0, len(x), step):
         part = x[start : start + step]
         out[start : start + step] = reconstruction_per_row(part, clients.reconstruct_client(i, part), n_feature_dims)

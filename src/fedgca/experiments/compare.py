@@ -33,7 +33,7 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None) -> list[RunConf
 
 
 def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1, *,
-             executor: str = "local", address: str | None = None) -> list[dict]:
+             executor: str = "local", address: str | None = None, gpus_per_run: float = 0.0) -> list[dict]:
     """Run every (dataset, method, seed) not already finished in ``root``; resume unfinished ones.
 
     A comparison is a sweep: same run directories (``root/runs/<config key>``), ledger, skipping,
@@ -46,7 +46,7 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
     configs = grid(base, datasets, methods, seeds, data_dir if isinstance(data_dir, DataSource) else None)
     # the table is read only when complete: start the longest runs first (the shortest makespan)
     result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, order="longest-first",
-                             executor=executor, address=address)
+                             executor=executor, address=address, gpus_per_run=gpus_per_run)
     if result["failed"]:
         raise RuntimeError(f"{len(result['failed'])} run(s) failed (see {Path(root) / sweep.LEDGER}): "
                            + "; ".join(str(f) for f in result["failed"])[:500])

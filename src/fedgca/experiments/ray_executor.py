@@ -133,11 +133,12 @@ def unpack(files: dict[str, bytes], out: Path) -> None:
 
 
 def run_all(jobs: list[tuple], execute: Callable, on_result: Callable, *, root: Path, workers: int,
-            address: str | None = None, verbose: bool = False) -> None:
+            address: str | None = None, verbose: bool = False, gpus_per_run: float = 0.0) -> None:
     """Run ``jobs`` — ``(job, cfg_dict, out, data)`` each — as Ray tasks; ``on_result(job, res)`` as each ends.
 
     ``res`` is ``execute``'s dict (its ``files`` already written into ``out``), or a failure after Ray's
-    retries. A KeyboardInterrupt (Ctrl-C, or the sweep's SIGTERM) cancels the tasks and stops a local instance.
+    retries. ``gpus_per_run``: the GPU share each task asks Ray for (runs with ``--device cuda``; 0.25 packs
+    four runs on a GPU); Ray then gives each task its GPU(s) in ``CUDA_VISIBLE_DEVICES``. A KeyboardInterrupt (Ctrl-C, or the sweep's SIGTERM) cancels the tasks and stops a local instance.
     """
     import ray
 
@@ -149,7 +150,8 @@ def run_all(jobs: list[tuple], execute: Callable, on_result: Callable, *, root: 
     try:
         log.info("ray: %d CPU(s) in the cluster, nodes at %s", int(ray.cluster_resources().get("CPU", 0)),
                  ", ".join(sorted(set(node_addresses()))))
-        task = ray.remote(num_cpus=1, max_calls=1, max_retries=RETRIES, retry_exceptions=False)(_task)
+        task = ray.remote(num_cpus=1, num_gpus=gpus_per_run, max_calls=1, max_retries=RETRIES,
+                          retry_exceptions=False)(_task)
         for job, cfg_dict, out, data in jobs:
             ref = task.remote(execute, cfg_dict, str(out), str(root), data, token, bundle(Path(out)))
             pending[ref] = (job, Path(out))

@@ -71,7 +71,7 @@ def canonical(cfg: RunConfig) -> RunConfig:
     """
     cfg = cfg.resolved()
     defaults = RunConfig(dataset=cfg.dataset, method=cfg.method)
-    keep = set(methods.get(cfg.method).options)
+    keep = set(methods.get(cfg.method).options) | {"device"}  # where it computes: every method
     if cfg.partition != "dirichlet":
         keep.discard("alpha")
     if cfg.partition != "natural":
@@ -380,7 +380,7 @@ EXECUTORS = ("local", "ray")
 
 def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None, verbose: bool = False,
               retry_failed: bool = True, order: str = "grid", executor: str = "local",
-              address: str | None = None) -> dict:
+              address: str | None = None, gpus_per_run: float = 0.0) -> dict:
     """Run every config not finished in ``root``; returns counts and the failures.
 
     ``executor``: "local", a pool of ``workers`` processes on this machine, or "ray", one Ray task per run
@@ -395,8 +395,10 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         raise ValueError(f"--order {order!r}: choose one of {', '.join(ORDERS)}")
     if executor not in EXECUTORS:
         raise ValueError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
-    if address and executor != "ray":
-        raise ValueError("--address names a Ray cluster: it needs --executor ray")
+    if (address or gpus_per_run) and executor != "ray":
+        raise ValueError("--address and --gpus-per-run are the Ray executor's: add --executor ray")
+    if not 0 <= gpus_per_run <= 8:
+        raise ValueError(f"--gpus-per-run must be in [0, 8], got {gpus_per_run!r}")
     if executor == "ray":
         from fedgca.experiments import ray_executor
 
@@ -438,7 +440,7 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if in_main else None
     try:
         if executor == "ray":
-            _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address)
+            _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address, gpus_per_run)
         else:
             _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
     except KeyboardInterrupt as stop:
@@ -510,7 +512,7 @@ def _data_arg(data_dir):
     return str(data_dir)
 
 
-def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address) -> None:
+def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address, gpus_per_run) -> None:
     from fedgca.experiments import ray_executor
 
     def on_result(cfg: RunConfig, res: dict) -> None:
@@ -520,7 +522,7 @@ def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose
 
     jobs = [(cfg, cfg.to_dict(), run_dir(root, cfg), _data_arg(data_dir)) for cfg in todo]
     ray_executor.run_all(jobs, execute, on_result, root=root, workers=max(1, min(int(workers), len(todo))),
-                         address=address, verbose=verbose)
+                         address=address, verbose=verbose, gpus_per_run=gpus_per_run)
 
 
 def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) -> None:

@@ -26,7 +26,7 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedgca import methods, privacy, seeding
+from fedgca import devices, methods, privacy, seeding
 from fedgca.config import ABLATION_CLIENT
 from fedgca.evaluation.metrics import (
     evaluate_clients,
@@ -107,27 +107,32 @@ def _node(msg: Message, context: Context):
 def _clients(context: Context, cfg, node) -> StackedModels:
     """This client's model: its initial model (seed, id), or its state from context.state."""
     model = init_model(cfg.seed, node.input_shape, node.client_id)
-    clients = StackedModels([model], AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma))
+    clients = StackedModels([model], AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma),
+                            devices.resolve(cfg.device))  # this node's device (auto: its own CUDA, if any)
     if STATE_MODEL in context.state.array_records:
         clients.load_state_dict(stacked_state_from_record(context.state.array_records[STATE_MODEL]))
     return clients
+
+
+ONE = torch.ones(1, dtype=torch.bool, device="cpu")  # a lone client's participation mask (bookkeeping: CPU)
 
 
 def _save(context: Context, clients: StackedModels) -> None:
     context.state[STATE_MODEL] = stacked_state_record(clients.state_dict())
 
 
-def _shards(node) -> ClientShards:
-    return ClientShards.from_arrays([node.train])
+def _shards(node, cfg) -> ClientShards:
+    return ClientShards.from_arrays([node.train], device=devices.resolve(cfg.device))
 
 
 def _metrics(clients: StackedModels, node, cfg) -> dict:
     """SPEC §5 for this client: τ on its own training rows (or validation rows), metrics on its test rows."""
-    shards = _shards(node)
-    val = shard_scores(clients, ClientShards.from_arrays([node.val])) if node.val is not None else None
+    shards = _shards(node, cfg)
+    val = shard_scores(clients, ClientShards.from_arrays([node.val], device=shards.device)) if node.val is not None \
+        else None
     tau_scores = val if cfg.threshold == "val-quantile" else None
     if node.test_x is not None and node.test_y is not None and len(np.unique(node.test_y)) == 2:
-        res = evaluate_clients(clients, shards, torch.as_tensor(node.test_x, dtype=torch.float32), node.test_y,
+        res = evaluate_clients(clients, shards, torch.as_tensor(node.test_x, dtype=torch.float32, device=shards.device), node.test_y,
                                cfg.quantile, tau_scores)
         out = {m: float(res["per_client"][m][0]) for m in DETECTION}
         out.update(train_error=float(res["train_error"]), threshold=float(res["thresholds"][0]))
@@ -205,8 +210,8 @@ def train(msg: Message, context: Context) -> Message:
 
 def _single_train(msg: Message, context: Context, cfg, node) -> Message:
     """Single-Client: this round's local epochs on the client's own model; the reply carries no data."""
-    clients, part = _clients(context, cfg, node), torch.ones(1, dtype=torch.bool)
-    local_training(clients, _shards(node), cfg.seed, _round(msg), cfg.local_epochs, part, cfg.batch_size,
+    clients, part = _clients(context, cfg, node), ONE
+    local_training(clients, _shards(node, cfg), cfg.seed, _round(msg), cfg.local_epochs, part, cfg.batch_size,
                    client_ids=[node.client_id])
     _save(context, clients)
     return _reply(msg)
@@ -221,7 +226,7 @@ def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
     """GCA Phase 1 (T_recon epochs) and the upload of ⌊ρ·N_i⌋ fresh codes — the reply holds nothing else."""
     r, gcfg, ids = _round(msg), _gca_config(cfg, node), [node.client_id]
     eval_epochs = bool(msg.content[CONFIG].get("eval-recon-epochs", True))
-    clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
+    clients, shards, part = _clients(context, cfg, node), _shards(node, cfg), ONE
     recon = []
     for e in range(gcfg.recon_epochs):
         gca_training.reconstruction_epoch(clients, shards, seeding.client_rngs(cfg.seed, "recon", (r, e), ids), gcfg, part)
@@ -245,7 +250,7 @@ def align(msg: Message, context: Context) -> Message:
             or not np.isfinite(counts).all() or len(centroids) == 0):
         raise ValueError(f"malformed broadcast: centroids {centroids.shape}, counts {counts.shape}")
     summary = ClusterSummary(centroids, counts)
-    clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
+    clients, shards, part = _clients(context, cfg, node), _shards(node, cfg), ONE
     if centroids.shape[1] != clients.base.latent_dim:
         raise ValueError(f"broadcast centroids have width {centroids.shape[1]}, latent dim is {clients.base.latent_dim}")
     evals = _pending(context, r)
@@ -267,7 +272,7 @@ def _local_train(msg: Message, context: Context, cfg, node) -> Message:
         raise ValueError(f"method {cfg.method!r} has no Flower client")
     r = _round(msg)
     global_params = model_state(numpy_dict(msg.content[ARRAYS]))
-    clients, shards, part = _clients(context, cfg, node), _shards(node), torch.ones(1, dtype=torch.bool)
+    clients, shards, part = _clients(context, cfg, node), _shards(node, cfg), ONE
     clients.set_all(global_params)  # download θ^(r); Adam state is the client's own, kept across rounds
     if cfg.optimizer_state == "reset":  # unless the run asks for a fresh Adam each round
         clients.optim.reset()

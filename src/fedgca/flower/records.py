@@ -82,7 +82,7 @@ def numpy_dict(record: ArrayRecord) -> dict[str, np.ndarray]:
 
 
 def model_state(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    return {k: torch.as_tensor(np.array(v, copy=True)) for k, v in params.items()}
+    return {k: torch.as_tensor(np.array(v, copy=True), device="cpu") for k, v in params.items()}  # server side
 
 
 # A StackedModels state (params + Adam moments + step counts + StepLR epochs), flattened.
@@ -100,7 +100,7 @@ def stacked_state_record(state: dict) -> ArrayRecord:
 def stacked_state_from_record(record: ArrayRecord) -> dict:
     params, optim = {}, {"step": {}, "m": {}, "v": {}}
     for key, arr in record.items():
-        t = torch.as_tensor(np.array(arr.numpy(), copy=True))
+        t = torch.as_tensor(np.array(arr.numpy(), copy=True), device="cpu")  # copied onto the node's device on load
         if key == "optim.epochs":
             optim["epochs"] = t
         elif key.startswith("params/"):

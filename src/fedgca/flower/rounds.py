@@ -160,10 +160,11 @@ def run_baseline(server: FlowerServer) -> dict:
                 server.reject("train", r, c, str(e))
         if valid:
             global_params = model_state(numpy_dict(arrays))
-            stacked = {k: torch.stack([torch.as_tensor(v.content[ARRAYS][k].numpy()) for v in valid])
+            stacked = {k: torch.stack([torch.as_tensor(v.content[ARRAYS][k].numpy(), device="cpu") for v in valid])
                        for k in global_params}
             sizes = [int(v.content[METRICS]["num-examples"]) for v in valid]
-            tau = torch.tensor([float(v.content[METRICS]["local-steps"]) for v in valid], dtype=torch.float64)
+            tau = torch.tensor([float(v.content[METRICS]["local-steps"]) for v in valid], dtype=torch.float64,
+                               device="cpu")  # the server aggregates on the CPU
             new, norms = server_rules.aggregate(methods.get(cfg.method).server_rule, r, global_params, stacked, sizes, rule_opts, tau)
             if norms is not None:
                 clip_norms.append(norms.tolist())

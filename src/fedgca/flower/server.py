@@ -345,6 +345,7 @@ class FlowerServer:
                                                 if r["phase"] == "round")
         flower = {
             "engine": "flower",
+            "device": cfg.device,  # as configured: each node resolves it (auto: its own CUDA, if any)
             "client_ids": [c.client_id for c in self.clients],
             "round_wall_seconds": [c["wall_seconds"] for c in self.comm],
             "participation": [{"round": c["round"], "sampled": c["participants"], "took_part": c["took_part"],

@@ -65,6 +65,7 @@ def build_model(input_shape: tuple[int, ...]) -> nn.Module:
 
 def init_model(seed: int, input_shape: tuple[int, ...], client_id: int) -> nn.Module:
     """Client i's initial model depends only on (seed, i): a Flower client rebuilds the simulator's exactly."""
-    with torch.random.fork_rng():
+    # made on the CPU from the CPU generator whatever the run's device (fedgca.devices): the same draws everywhere
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
         torch.manual_seed(seeding.int_seed(seed, "init", client_id))
         return build_model(input_shape)

@@ -23,8 +23,9 @@ def aggregate(global_params: Params, stacked: Params, sizes, *, clip: float, sig
     std = sigma * clip / len(p)
     out = {}
     for k, g in global_params.items():
-        noise = torch.randn(g.shape, generator=generator, dtype=g.dtype) * std
-        out[k] = g + torch.einsum("c,c...->...", p.to(g.dtype), clipped[k]) + noise
+        # drawn on the CPU by the seeded generator on every device (fedgca.devices), then moved
+        noise = (torch.randn(g.shape, generator=generator, dtype=g.dtype, device="cpu") * std).to(g.device)
+        out[k] = g + torch.einsum("c,c...->...", p.to(g.device, g.dtype), clipped[k]) + noise
     return out, norms
 
 

@@ -8,14 +8,14 @@ Params = dict[str, Tensor]
 
 
 def sample_weights(sizes) -> Tensor:
-    """p_i = N_i / Σ_j N_j over the participating clients."""
-    n = torch.as_tensor(sizes, dtype=torch.float64)
+    """p_i = N_i / Σ_j N_j over the participating clients (on the CPU; moved to the parameters' device where used)."""
+    n = torch.as_tensor(sizes, dtype=torch.float64, device="cpu")
     return n / n.sum()
 
 
 def weighted_average(stacked: Params, weights: Tensor) -> Params:
     """Σ_i p_i θ_i for every tensor; ``stacked`` holds participants only, [m, ...]."""
-    return {k: torch.einsum("c,c...->...", weights.to(v.dtype), v) for k, v in stacked.items()}
+    return {k: torch.einsum("c,c...->...", weights.to(v.device, v.dtype), v) for k, v in stacked.items()}
 
 
 def aggregate(global_params: Params, stacked: Params, sizes) -> Params:

@@ -60,7 +60,7 @@ def alignment_weights(
     Rare clusters pull harder (capped at w_max), so that the encoder does not
     collapse every code onto the few dominant centroids.
     """
-    counts = torch.as_tensor(counts, dtype=torch.float64)
+    counts = (counts if isinstance(counts, Tensor) else torch.as_tensor(counts, device="cpu")).to(torch.float64)
     if uniform:
         return torch.ones_like(counts)
     n_hat = counts.clamp_min(eps)

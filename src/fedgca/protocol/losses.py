@@ -29,7 +29,7 @@ def masked_batch_mean_and_grad(per_row: Tensor, mask: Tensor) -> tuple[Tensor, T
     The gradient is made with the ops autograd runs for the mean (divide, expand, multiply), so the
     hand-written backward passes give autograd's gradients bit for bit (tests/test_stacked.py)."""
     n = _real_rows(mask)
-    grad = (torch.ones(n.shape, dtype=per_row.dtype) / n).unsqueeze(-1).expand(mask.shape) * mask
+    grad = (torch.ones(n.shape, dtype=per_row.dtype, device=per_row.device) / n).unsqueeze(-1).expand(mask.shape) * mask
     return (per_row * mask).sum(-1) / n, grad
 
 

@@ -14,11 +14,12 @@ def num_participants(participation: float, n_clients: int) -> int:
 
 
 def participants(seed: int, round_idx: int, n_clients: int, participation: float) -> torch.Tensor:
-    """Boolean mask of this round's clients: all when φ = 1, else m drawn without replacement."""
+    """Boolean mask of this round's clients: all when φ = 1, else m drawn without replacement (on the CPU, with
+    the draws: bookkeeping, moved where it meets the run's tensors)."""
     if participation >= 1:
-        return torch.ones(n_clients, dtype=torch.bool)
+        return torch.ones(n_clients, dtype=torch.bool, device="cpu")
     m = num_participants(participation, n_clients)
     chosen = seeding.rng(seed, "participation", round_idx).choice(n_clients, size=m, replace=False)
-    mask = torch.zeros(n_clients, dtype=torch.bool)
-    mask[torch.as_tensor(chosen)] = True
+    mask = torch.zeros(n_clients, dtype=torch.bool, device="cpu")
+    mask[torch.as_tensor(chosen, device="cpu")] = True
     return mask

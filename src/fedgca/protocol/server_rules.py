@@ -45,7 +45,7 @@ def aggregate(rule: str, round_idx: int, global_params: Params, stacked: Params,
         tau = fednova.local_steps(sizes, opts.local_epochs, opts.batch_size) if local_steps is None else local_steps
         return fednova.aggregate(global_params, stacked, sizes, tau), None
     if rule == "dpfedavg":
-        gen = torch.Generator().manual_seed(seeding.int_seed(opts.seed, "dp-noise", round_idx))
+        gen = torch.Generator(device="cpu").manual_seed(seeding.int_seed(opts.seed, "dp-noise", round_idx))
         return dpfedavg.aggregate(global_params, stacked, sizes, clip=opts.dp_clip, sigma=opts.dp_sigma,
                                   generator=gen)
     raise ValueError(f"unknown parameter-sharing server rule {rule!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedgca import methods, privacy
+from fedgca import devices, methods, privacy
 from fedgca.protocol import dpfedavg, server_rules
 from fedgca.protocol.sampling import num_participants
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
@@ -21,7 +21,8 @@ from fedgca.training.loop import ClientShards
 
 def _pool(shards: ClientShards) -> ClientShards:
     """Every client's rows as one shard (the centralized reference's data)."""
-    return ClientShards.from_arrays([np.concatenate([shards.client(i).numpy() for i in range(shards.num_clients)])])
+    rows = np.concatenate([devices.to_numpy(shards.client(i)) for i in range(shards.num_clients)])
+    return ClientShards.from_arrays([rows], device=shards.device)
 
 
 class SingleClientSimulation(SimMethod):
@@ -44,7 +45,7 @@ class CentralizedSimulation(SimMethod):
     def run_round(self, r, part, evaluate: EvaluateFn) -> CommRecord:
         fed = self.fed
         local_training(fed.clients, self.pooled, fed.cfg.seed, r, fed.cfg.local_epochs,
-                        torch.ones(1, dtype=torch.bool), fed.cfg.batch_size)
+                        torch.ones(1, dtype=torch.bool, device="cpu"), fed.cfg.batch_size)
         return CommRecord(0, 0, 0, [0])
 
     def deployed_shards(self) -> ClientShards:

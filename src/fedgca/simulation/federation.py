@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedgca import devices
 from fedgca.config import RunConfig
 from fedgca.data import load_dataset
 from fedgca.data.dataset import FederatedDataset
@@ -28,6 +29,7 @@ class Federation:
     test_x: torch.Tensor
     template: torch.nn.Module
     clients: StackedModels
+    device: torch.device = torch.device("cpu")  # where it computes (fedgca.devices); seeded draws stay on the CPU
     # Per-site test split (own data): each client's own test rows and labels; None = one shared test set.
     client_tests: list[tuple[torch.Tensor, np.ndarray]] | None = None
 
@@ -98,9 +100,10 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
                                   cfg.val_fraction, cfg.seed)
     check_memory(cfg, dataset.input_shape, [len(p) for p in parts], len(dataset.test_x))
     n_models = 1 if cfg.method == "centralized" else cfg.clients
+    device = devices.resolve(cfg.device)
     models = [init_model(cfg.seed, dataset.input_shape, i) for i in range(n_models)]
     adam = AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma)
-    shards = ClientShards.from_arrays([dataset.train[p] for p in parts])
+    shards = ClientShards.from_arrays([dataset.train[p] for p in parts], device=device)
     has_val = cfg.val_fraction > 0 and all(len(v) for v in val)
     client_tests = None
     if dataset.test_sites is not None:  # client i is site i: the natural partition without dropped or merged sites
@@ -110,7 +113,7 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
         if cfg.partition != "natural" or cfg.small_sites != "error":
             raise ValueError("the per-site test split evaluates each site's client on its own rows: it needs "
                              "--partition natural (and no --small-sites drop/merge)")
-        client_tests = [(torch.as_tensor(dataset.test_x[dataset.test_sites == i], dtype=torch.float32),
+        client_tests = [(torch.as_tensor(dataset.test_x[dataset.test_sites == i], dtype=torch.float32, device=device),
                          dataset.test_y[dataset.test_sites == i]) for i in range(len(parts))]
     return Federation(
         cfg=cfg,
@@ -118,9 +121,10 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
         partition=parts,
         validation=val,
         shards=shards,
-        val_shards=ClientShards.from_arrays([dataset.train[v] for v in val]) if has_val else None,
-        test_x=torch.as_tensor(dataset.test_x, dtype=torch.float32),
+        val_shards=ClientShards.from_arrays([dataset.train[v] for v in val], device=device) if has_val else None,
+        test_x=torch.as_tensor(dataset.test_x, dtype=torch.float32, device=device),
         template=models[0],
-        clients=StackedModels(models, adam),
+        clients=StackedModels(models, adam, device),
+        device=device,
         client_tests=client_tests,
     )

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from fedgca import methods, rundir, runrecord
-from fedgca.config import ABLATION_CLIENT, RunConfig
+from fedgca.config import ABLATION_CLIENT, EXECUTION_ONLY, RunConfig
 from fedgca.detector import save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 from fedgca.protocol.gca import upload_size
@@ -173,6 +173,9 @@ def _check_existing(out: Path, cfg: RunConfig, resume: bool) -> None:
         except (TypeError, ValueError):
             pass
         mine = cfg.to_dict()
+        for name in EXECUTION_ONLY:  # a run may be resumed on another device
+            saved.pop(name, None)
+            mine.pop(name, None)
         if saved != mine:
             diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
             raise ConfigMismatch(f"{out} holds a run with a different config (differs in: {', '.join(diff)}); "

@@ -102,9 +102,10 @@ def run_dp_epoch(clients: StackedModels, x: Tensor, sizes: np.ndarray, rngs: lis
         idx[: len(p), c, : p.shape[1]] = p
         mask[: len(p), c, : p.shape[1]] = 1.0
         noise[: len(z), c] = z
-    idx_t, mask_t, noise_t = torch.from_numpy(idx), torch.from_numpy(mask), torch.from_numpy(noise)
-    rows = torch.arange(n_clients).unsqueeze(-1)
-    total, n_batches = torch.zeros(n_clients), torch.zeros(n_clients)
+    dev = x.device  # the plans and the noise were drawn on the CPU (fedgca.devices); they compute where x is
+    idx_t, mask_t, noise_t = (torch.from_numpy(a).to(dev) for a in (idx, mask, noise))
+    rows = torch.arange(n_clients, device=dev).unsqueeze(-1)
+    total, n_batches = torch.zeros(n_clients, device=dev), torch.zeros(n_clients, device=dev)
     std = dp.grad_sigma * dp.grad_clip
     for step in range(n_steps):
         m = mask_t[step]

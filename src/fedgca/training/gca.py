@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedgca import devices
 from fedgca.protocol import dp as dp_protocol
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.protocol.gca import (
@@ -36,6 +37,9 @@ def gca_config(cfg, kind: str, dp: dp_protocol.RecordDP | None = None) -> GCACon
         cluster_preset="tabular" if kind == "tabular" else "vision",
         gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.weight_eps, uniform_weights=cfg.weights == "uniform",
         warm_start=cfg.gmm_warm_start,
+        # the GMM's torch engine (the vision preset's 100 batched inits) fits on the run's device; scikit-learn's
+        # engines (the tabular GMM, the K-means backends) on the CPU
+        cluster_options={"device": devices.resolve(cfg.device)} if cfg.backend == "gmm" else {},
     )
 
 
@@ -66,11 +70,12 @@ def alignment_epoch(
     clients, shards: ClientShards, rngs, cfg: GCAConfig, summary: ClusterSummary, participating: Tensor
 ) -> Tensor:
     """One alignment epoch: encoder parameters only — decoder tensors and Adam state untouched."""
-    centroids = torch.as_tensor(summary.centroids, dtype=torch.float32)
+    dev = shards.device
+    centroids = torch.as_tensor(summary.centroids, dtype=torch.float32, device=dev)
     weights = alignment_weights(
-        torch.as_tensor(summary.counts), gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.eps,
+        torch.as_tensor(summary.counts, device="cpu"), gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.eps,
         uniform=cfg.uniform_weights,
-    )
+    ).to(dev)
     if cfg.dp is not None:
         return run_dp_epoch(
             clients, shards.x, shards.sizes, rngs, cfg.batch_size,
@@ -94,10 +99,11 @@ def encode_uploads(clients: StackedModels, shards: ClientShards, rngs, rho: floa
         for c, n in enumerate(shards.sizes)
     ]
     width = max(1, max(len(p) for p in picks))
-    idx = torch.zeros((len(picks), width), dtype=torch.long)
+    idx = torch.zeros((len(picks), width), dtype=torch.long, device="cpu")
     for c, p in enumerate(picks):
-        idx[c, : len(p)] = torch.as_tensor(p)
-    codes = clients.encode(shards.x[torch.arange(len(picks)).unsqueeze(-1), idx])
+        idx[c, : len(p)] = torch.as_tensor(p, device="cpu")
+    dev = shards.device
+    codes = clients.encode(shards.x[torch.arange(len(picks), device=dev).unsqueeze(-1), idx.to(dev)]).cpu()
     out = [
         codes[c, : len(p)].numpy().astype(np.float32, copy=True) if bool(participating[c]) else None
         for c, p in enumerate(picks)

@@ -35,13 +35,18 @@ class ClientShards:
     sizes: np.ndarray  # [C] real row counts
 
     @classmethod
-    def from_arrays(cls, arrays: list[np.ndarray], dtype: torch.dtype = torch.float32) -> "ClientShards":
+    def from_arrays(cls, arrays: list[np.ndarray], dtype: torch.dtype = torch.float32,
+                    device: torch.device | str = "cpu") -> "ClientShards":
         sizes = np.array([len(a) for a in arrays], dtype=np.int64)
         shape = arrays[0].shape[1:]
-        x = torch.zeros((len(arrays), int(sizes.max()), *shape), dtype=dtype)
+        x = torch.zeros((len(arrays), int(sizes.max()), *shape), dtype=dtype, device=device)
         for i, a in enumerate(arrays):
-            x[i, : len(a)] = torch.as_tensor(a, dtype=dtype)
+            x[i, : len(a)] = torch.as_tensor(a, dtype=dtype, device=device)
         return cls(x, sizes)
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
 
     @property
     def num_clients(self) -> int:
@@ -90,10 +95,11 @@ def run_epoch(
 
     Returns each client's mean batch loss over the epoch [C] (0 for absent clients).
     """
-    idx, mask = batch_plan(rngs, shards.sizes, batch_size)
-    mask = mask * participating.to(mask.dtype).unsqueeze(-1)
-    rows = torch.arange(shards.num_clients).unsqueeze(-1)
-    total, n_batches = torch.zeros(shards.num_clients), torch.zeros(shards.num_clients)
+    dev = shards.device
+    idx, mask = (t.to(dev) for t in batch_plan(rngs, shards.sizes, batch_size))  # drawn on the CPU
+    mask = mask * participating.to(dev, mask.dtype).unsqueeze(-1)
+    rows = torch.arange(shards.num_clients, device=dev).unsqueeze(-1)
+    total, n_batches = torch.zeros(shards.num_clients, device=dev), torch.zeros(shards.num_clients, device=dev)
     params = [clients.params[k] for k in keys]
     # which clients step at each step, read off the mask once per epoch rather than once per step
     active_steps = mask.sum(-1) > 0  # [S, C]

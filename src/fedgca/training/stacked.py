@@ -49,10 +49,11 @@ class StackedAdam:
         self.cfg = cfg
         n_clients = next(iter(params.values())).shape[0]
         # float32 like torch.optim.Adam's `step`; the kernel advances it in place
-        self.step_count = {k: torch.zeros(n_clients) for k in params}
+        self.step_count = {k: torch.zeros(n_clients, device=p.device) for k, p in params.items()}
         self.exp_avg = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
         self.exp_avg_sq = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
-        self.epochs = torch.zeros(n_clients, dtype=torch.long)  # StepLR counters, one step per local epoch
+        # StepLR counters, one step per local epoch: schedule bookkeeping, on the CPU with the participation masks
+        self.epochs = torch.zeros(n_clients, dtype=torch.long, device="cpu")
         self._stacked = {k: p.detach() for k, p in params.items()}
         self._slice_numel = {k: p[0].numel() for k, p in params.items()}
         simd = _SIMD_FLOATS.get(torch.backends.cpu.get_cpu_capability())
@@ -235,13 +236,14 @@ def _fused_adam(p: list[Tensor], g: list[Tensor], m: list[Tensor], v: list[Tenso
 class StackedModels:
     """C copies of one autoencoder architecture with stacked parameters and Adam state."""
 
-    def __init__(self, models: list[nn.Module], adam: AdamConfig = AdamConfig()):
+    def __init__(self, models: list[nn.Module], adam: AdamConfig = AdamConfig(), device: torch.device | str = "cpu"):
         self.num_clients = len(models)
+        self.device = torch.device(device)
         self.base = copy.deepcopy(models[0]).to("meta")
         params, buffers = stack_module_state(models)
         if buffers:
             raise ValueError("fedgca autoencoders have no buffers (no normalisation layers)")
-        self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+        self.params = {k: v.detach().to(self.device, copy=True).requires_grad_(True) for k, v in params.items()}
         self.optim = StackedAdam(self.params, adam)
         self.encoder_keys = [k for k in self.params if k.startswith("encoder.")]
         self.decoder_keys = [k for k in self.params if k.startswith("decoder.")]
@@ -368,7 +370,7 @@ class StackedModels:
 
     def client_stack(self, i: int, template: nn.Module) -> "StackedModels":
         """Client i alone — parameters and Adam state — as a one-client stack that trains on as it would."""
-        solo = StackedModels([self.client_model(i, template)], self.optim.cfg)
+        solo = StackedModels([self.client_model(i, template)], self.optim.cfg, self.device)
         solo.optim.load_state_dict(self.optim.client_state_dict(i))
         return solo
 
