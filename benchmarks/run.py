@@ -18,7 +18,9 @@
 12. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps;
 13. ``bench_flower_deploy.py`` — a loopback deployment: fedgca GCA per exchange vs a no-op Flower app;
 14. ``bench_loader.py``   — own data: loading a 1M × 30 CSV (read → split → encode → standardise → partition)
-                            beside pandas' pyarrow read alone, time and peak memory.
+                            beside pandas' pyarrow read alone, time and peak memory;
+15. ``bench_ray.py``      — the same small sweep through the local process pool and the Ray executor (needs
+                            fedgca[ray] and the data; Ray's start-up reported apart).
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -58,6 +60,8 @@ def main() -> int:
         jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])
         if args.data_dir:  # the deployment's nodes read their partitions from the data directory
             jobs.append([str(HERE / "bench_flower_deploy.py"), *data])
+    if args.data_dir:
+        jobs.append([str(HERE / "bench_ray.py"), *data, *(["--repeat", "1"] if args.quick else [])])
     failed = 0
     for job in jobs:
         print(f"\n=== {' '.join(Path(j).name if j.endswith('.py') else j for j in job)}", flush=True)

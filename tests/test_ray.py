@@ -66,13 +66,16 @@ def test_every_node_of_the_test_cluster_is_on_loopback(cluster):
 
 
 def test_ray_sweep_writes_the_local_sweeps_runs(cluster, tmp_path, data_dir):
-    configs = [_cfg(method=m, seed=s) for m in ("gca", "fedavg") for s in (1, 2)]
+    # five runs on two reused workers, two datasets: nothing a run leaves in its worker changes the next
+    configs = [_cfg(method=m, seed=s) for m in ("gca", "fedavg") for s in (1, 2)] + [_cfg(dataset="magic", seed=3)]
     res = sweep.run_sweep(configs, tmp_path / "ray", workers=2, data_dir=data_dir, executor="ray")
-    assert res["finished"] == 4 and not res["failed"]
+    assert res["finished"] == 5 and not res["failed"]
+    assert len({e["worker_pid"] for e in sweep.Ledger(tmp_path / "ray" / sweep.LEDGER).events()
+                if e["event"] == "finished"}) < 5
     _same_runs(tmp_path / "ray", _reference(tmp_path, configs, data_dir), configs)
     _finished_once(tmp_path / "ray", configs)
     again = sweep.run_sweep(configs, tmp_path / "ray", workers=2, data_dir=data_dir, executor="ray")
-    assert again["skipped"] == 4 and again["finished"] == 0  # resume works unchanged
+    assert again["skipped"] == 5 and again["finished"] == 0  # resume works unchanged
 
 
 def _started(root: Path) -> list[dict]:

@@ -1,5 +1,8 @@
 """The Ray executor of ``fedgca sweep`` and ``compare`` (``--executor ray``): each run is one Ray task
-with one CPU and one torch thread, in a fresh worker process (as the local pool's one process per run).
+with one CPU and one torch thread. Ray reuses its worker processes from run to run (a run's numbers
+depend on its config alone: seeded generators, no global state — the equivalence test runs several runs
+per worker); that saves the interpreter and torch start-up that the local pool pays per run
+(``benchmarks/bench_ray.py``).
 
 The driver (this process) keeps everything the local pool keeps — the run directories, the ledger, the
 progress lines — so resume, ``--dry-run``, the ETA and ``report`` are the same for both executors.
@@ -150,7 +153,7 @@ def run_all(jobs: list[tuple], execute: Callable, on_result: Callable, *, root: 
     try:
         log.info("ray: %d CPU(s) in the cluster, nodes at %s", int(ray.cluster_resources().get("CPU", 0)),
                  ", ".join(sorted(set(node_addresses()))))
-        task = ray.remote(num_cpus=1, num_gpus=gpus_per_run, max_calls=1, max_retries=RETRIES,
+        task = ray.remote(num_cpus=1, num_gpus=gpus_per_run, max_retries=RETRIES,
                           retry_exceptions=False)(_task)
         for job, cfg_dict, out, data in jobs:
             ref = task.remote(execute, cfg_dict, str(out), str(root), data, token, bundle(Path(out)))
