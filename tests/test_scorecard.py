@@ -443,3 +443,27 @@ def test_the_scorecard_renders_every_table(fixture_dir, tmp_path):
                   "Alignment weighting at K*", "Non-IID comparison", "Communication per round"):
         assert f"## {title}" in text
     assert (tmp_path / "SCORECARD_tables.csv").read_text().startswith("table,dataset,item,k,paper_mean")
+
+
+def test_a_data_variant_is_scored_as_its_datasets_cells(fixture_dir, tmp_path):
+    """`fedgca scorecard DIR --as bank-tail=bank`: only the variant's runs, counted as bank's cells (paper: bank GCA
+    51.18 ± 0.06, Single-Client 50.74 ± 0.06); the preset's own runs and other datasets' stay out; its communication
+    row comes from a run's recorded shard sizes (20 shards of 1,983 rows → U = 3,960, the paper's)."""
+    for seed, g, s in ((100, 0.5110, 0.5070), (200, 0.5120, 0.5080), (300, 0.5130, 0.5075)):
+        own = {"data_digest": "8120e6aa55b45f11", "clients": 20, "rho": 0.1}  # as an own-data run records them
+        _summary(fixture_dir, "bank-tail", "gca", seed, g, **own)
+        _summary(fixture_dir, "bank-tail", "single", seed, s, **own)
+        _summary(fixture_dir, "bank", "gca", seed, 0.57)  # the preset's runs: not the variant's
+    run = next(fixture_dir.glob("bank-tail-gca-10-100-*"))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "clients": 20, "rho": 0.1, "input_shape": [15],
+                                                  "client_sizes": [1983] * 20}))
+    out = scorecard.write_scorecard(fixture_dir, tmp_path / "card" / "S.md", variant=("bank-tail", "bank"))
+    text = out.read_text()
+    assert "| bank | GCA (K*=10) | 51.18 ± 0.06 | 51.20 ± 0.10 | +0.02 | within |" in text
+    assert "| bank | Single-Client | 50.74 ± 0.06 | 50.75 ± 0.05 | +0.01 | within |" in text
+    assert "academic" not in text.split("## The paper's claims")[0]  # the variant's dataset only
+    assert "| bank | 3960 / 3960 | 0.242 / 0.242 | 6.587 / 6.587 |" in text and "--as bank-tail=bank" in text
+    data = scorecard.build(fixture_dir, variant=("bank-tail", "bank"))
+    assert [r["dataset"] for r in data["table"]] == ["bank"] * 7
+    assert {r["dataset"] for r in data["more"]["noniid"]} == {"bank"}

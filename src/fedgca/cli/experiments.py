@@ -131,6 +131,9 @@ def _register_sweep_report_comm(sub) -> None:
                         "--optimizer-state, --threshold) beside the paper (VARIANTS.md)")
     p.add_argument("--rounds", type=int, default=None,
                    help="with --variants: the runs of R rounds (default: the paper's R = 100)")
+    p.add_argument("--as", dest="as_dataset", metavar="NAME=DATASET", default=None,
+                   help="score the runs of data variant NAME (own data, e.g. a built-in dataset's file under another "
+                        "split) as DATASET's cells, DATASET only")
     p.set_defaults(func=cmd_scorecard)
 
     p = sub.add_parser("comm", help="per-round communication (MiB) measured from the payloads the code builds",
@@ -207,12 +210,21 @@ def cmd_scorecard(args) -> int:
         raise FileNotFoundError(f"{args.dir}: no such directory")
     if args.rounds is not None and not args.variants:
         raise ValueError("--rounds applies to --variants only (the scorecard judges R = 100 and shows shorter runs)")
+    variant = None
+    if args.as_dataset is not None:
+        from fedgca.config import DATASET_PRESETS
+
+        name, _, dataset = args.as_dataset.partition("=")
+        if not name or dataset not in DATASET_PRESETS or args.variants:
+            raise ValueError(f"--as {args.as_dataset}: expected NAME=DATASET with DATASET one of "
+                             f"{', '.join(DATASET_PRESETS)} (and without --variants)")
+        variant = (name, dataset)
     if args.variants:
         from fedgca.reporting import variants
 
         out = variants.write_variants(args.dir, args.out, args.rounds or scorecard.ROUNDS)
     else:
-        out = scorecard.write_scorecard(args.dir, args.out, data_dir=args.data_dir)
+        out = scorecard.write_scorecard(args.dir, args.out, data_dir=args.data_dir, variant=variant)
     print(out.read_text())
     print(f"scorecard written to {out} (and {out.with_suffix('.csv').name}, {out.stem}_tables.csv)", file=sys.stderr)
     return 0

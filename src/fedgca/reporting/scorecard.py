@@ -91,14 +91,15 @@ def _row_of_csv(r: dict) -> dict:
             **{f: float(r[f]) for f in HONEST_FIGURES if r.get(f) not in (None, "")}}
 
 
-def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dict]:
+def collect_runs(root, protocol: str = "paper", quiet: bool = False, variant: tuple[str, str] | None = None) -> list[dict]:
     """One row per run of a method the paper tabulates, under ``protocol`` (``protocol_of``), found under ``root``
     (summaries first, in path order;
     a runs.csv adds the runs it alone holds). Protocol variants (issue #15's investigation) are not paper cells.
     A run met twice with different figures (two code versions of one config) is used once and named in a
     warning: the copy from the later of two commits of one history (git ancestry, where ``root`` is in a clone
     that has both), else the one that names its commit over one from before runs recorded it, else the first met;
-    unreadable summaries and rows are skipped with one."""
+    unreadable summaries and rows are skipped with one. ``variant`` = (name, dataset): only the runs of data
+    variant ``name`` (own data, e.g. bank's file under another test split), counted as ``dataset``'s."""
     root = Path(root)
     rows, first = [], {}
     tabulated = {m for _, m in paper_tables()[0]}  # e.g. not DP-GCA, whose runs.csv rows omit their ε
@@ -110,6 +111,10 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False) -> list[dic
     def add(r, source):
         if r["method"] not in tabulated:
             return
+        if variant is not None:
+            if r["dataset"] != variant[0]:
+                return
+            r["dataset"] = variant[1]
         k = key(r)
         if k not in first:
             first[k] = (source, len(rows))
@@ -307,14 +312,16 @@ def coverage(rows: list[dict], datasets: list[str], order: list[str]) -> list[di
 # ---------------------------------------------------------------------------- the scorecard
 
 
-def build(root, comm_rows: list[dict] | None = None) -> dict:
+def build(root, comm_rows: list[dict] | None = None, variant: tuple[str, str] | None = None) -> dict:
+    """Every table's cells and the claims. ``variant`` = (name, dataset): score data variant ``name``'s runs as
+    ``dataset``'s cells, and show that dataset only."""
     paper, paper_comm = paper_tables()
-    runs = collect_runs(root)
+    runs = collect_runs(root, variant=variant)
     cells = fedgca_cells(runs)
     short = shorter_cells(runs, cells)
     attacks = collect_attacks(root)
     order = [m for m in methods.names() if any(k[1] == m for k in paper)]
-    datasets = [d for d in DATASET_PRESETS if any(k[0] == d for k in paper)]
+    datasets = [d for d in DATASET_PRESETS if any(k[0] == d for k in paper) and (variant is None or d == variant[1])]
     table = []
     for d in datasets:
         for m in order:
@@ -328,15 +335,19 @@ def build(root, comm_rows: list[dict] | None = None) -> dict:
                           "k": c["k"] if c else None, "delta": delta, "verdict": verdict(d, delta, rounds),
                           "rounds": rounds, "own_k_star": c.get("own_k_star") if c else None})
     more = scorecard_tables.build(runs, Path(root), comm_rows, lambda d, delta: verdict(d, delta), ROUNDS, SEEDS)
+    if variant is not None:  # the variant's dataset only (the other datasets' rows would all read "not run")
+        more = {k: [r for r in v if r.get("dataset") in (None, variant[1])] if k != "more_claims" and isinstance(v, list)
+                else v for k, v in more.items()}
     return {"table": table, "claims": claims(paper, cells, attacks, paper_comm, comm_rows) + more["more_claims"],
             "datasets": datasets, "coverage": coverage(runs, datasets, order),
-            **honest(root, paper, cells, order, datasets), "more": more}
+            **honest(root, paper, cells, order, datasets, variant), "more": more, "variant": variant}
 
 
-def honest(root, paper: dict, cells: dict, order: list[str], datasets: list[str]) -> dict:
+def honest(root, paper: dict, cells: dict, order: list[str], datasets: list[str],
+           variant: tuple[str, str] | None = None) -> dict:
     """The same cells under the honest protocol (``protocol_of``), beside the paper's and fedgca's paper-protocol
     figures, and the paper's GCA-vs-baseline claims re-checked on the honest accuracy and AUROC."""
-    rows = collect_runs(root, "honest", quiet=True)  # build() has said what it skipped
+    rows = collect_runs(root, "honest", quiet=True, variant=variant)  # build() has said what it skipped
     figs = {f: fedgca_cells(rows, f) for f in HONEST_FIGURES}
     table = []
     for d in datasets:
@@ -448,7 +459,10 @@ def render(data: dict, source: str) -> str:
         f"protocol; IID, R = {ROUNDS}, seeds {'/'.join(map(str, SEEDS))}; mean ± sample std over seeds, n= when "
         "fewer). GCA is GCA-GMM with inverse weights at the paper's K* (SPEC's presets). "
         f"Tolerance ±{TOLERANCE_PP:g} pp (magic ±{TOLERANCE_PP_BY_DATASET['magic']:g} pp). "
-        "Regenerate: `fedgca scorecard DIR --data-dir ../shared/data`.", "",
+        + ("Regenerate: `fedgca scorecard DIR --data-dir ../shared/data`." if not data.get("variant") else
+           f"**Data variant**: the runs of own data `{data['variant'][0]}` are scored as {data['variant'][1]}'s cells "
+           f"(its file under another split); its communication row is measured from its runs' shard sizes. "
+           f"Regenerate: `fedgca scorecard DIR --as {'='.join(data['variant'])}`."), "",
         f"Cells: {counts['within']} within tolerance, {counts['outside']} outside, "
         + "".join(f"{n} at {v[:-5]} (no R = {ROUNDS} run: shown, not judged), " for v, n in sorted(counts.items())
                   if v.startswith("R = "))
@@ -508,17 +522,33 @@ def _render_honest(data: dict) -> list[str]:
     ]
 
 
-def write_scorecard(root, out=None, data_dir=None) -> Path:
+def variant_comm(root, name: str, dataset: str) -> list[dict] | None:
+    """The communication rows of data variant ``name`` (C, ρ, shard sizes and input width as one of its IID runs
+    recorded them), labelled ``dataset``; None without such a run."""
+    from fedgca.experiments import comm
+
+    runs, _ = load_runs(root)
+    for run in runs:
+        s = run.record
+        if s.get("dataset") == name and s.get("partition", "iid") == "iid" and s.get("client_sizes"):
+            return [{**r, "dataset": dataset} for r in comm.measure(comm.run_inputs(s))]
+    return None
+
+
+def write_scorecard(root, out=None, data_dir=None, variant: tuple[str, str] | None = None) -> Path:
+    """SCORECARD.md/.csv and _tables.csv. ``variant`` = (name, dataset): data variant ``name``'s runs as
+    ``dataset``'s cells (``fedgca scorecard DIR --as NAME=DATASET``); its communication row from its runs' sizes."""
     comm_rows = None
     try:
         from fedgca.experiments import comm
 
-        comm_rows, _ = comm.comm_table(None, data_dir=data_dir)
+        comm_rows = variant_comm(root, *variant) if variant else comm.comm_table(None, data_dir=data_dir)[0]
     except (OSError, ValueError, RuntimeError):
         comm_rows = None  # no data files: the communication claim is "not run"
-    data = build(root, comm_rows)
+    data = build(root, comm_rows, variant)
     root = Path(root)
     out = Path(out) if out else root / "SCORECARD.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     label = root.name if root.is_absolute() else root.as_posix()
     out.write_text(render(data, label))
     flat = [{**{k: v for k, v in r.items() if k != "own_k_star"},

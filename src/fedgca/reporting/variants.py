@@ -245,6 +245,7 @@ def write_variants(root, out=None, rounds: int = ROUNDS) -> Path:
     if not rows:
         raise ValueError(f"{root}: no finished IID or non-IID parameter-sharing runs of R = {rounds} found")
     out = Path(out) if out else Path(root) / "VARIANTS.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     fmt = {"mean": 2, "std": 2, "paper_mean": 2, "paper_std": 2, "delta": 2}
     csv_rows = [{k: (f"{r[k]:.{fmt[k]}f}" if k in fmt and math.isfinite(r[k]) else r[k]) for k in FIELDS}
                 for r in rows]
