@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fedgca.reporting import scorecard
+from fedgca.reporting import report, scorecard
 
 
 def _summary(root, dataset, method, seed, peak, k=10, rounds=100, partition="iid", **protocol):
@@ -18,7 +18,7 @@ def _summary(root, dataset, method, seed, peak, k=10, rounds=100, partition="iid
     (d / "summary.json").write_text(json.dumps({
         "dataset": dataset, "method": method, "seed": seed, "rounds": rounds, "k": k, "backend": "gmm",
         "weights": "inverse", "partition": partition, "peak": res, "selected": res,
-        "final": {**res, "accuracy": peak - 0.01}, **protocol}))
+        "final": {**res, "accuracy": peak - 0.01}, "wall_seconds": 1.0, **protocol}))
 
 
 @pytest.fixture()
@@ -467,3 +467,7 @@ def test_a_data_variant_is_scored_as_its_datasets_cells(fixture_dir, tmp_path):
     data = scorecard.build(fixture_dir, variant=("bank-tail", "bank"))
     assert [r["dataset"] for r in data["table"]] == ["bank"] * 7
     assert {r["dataset"] for r in data["more"]["noniid"]} == {"bank"}
+    # A report of the variant's runs (runs.csv and comm.csv, no summaries) scores the same, communication row included.
+    report.write_report(fixture_dir, tmp_path / "rep", plots=False)
+    again = scorecard.write_scorecard(tmp_path / "rep", tmp_path / "rep" / "S.md", variant=("bank-tail", "bank"))
+    assert again.read_text().split("\n", 3)[3] == text.split("\n", 3)[3]

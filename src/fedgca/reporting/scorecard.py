@@ -524,7 +524,8 @@ def _render_honest(data: dict) -> list[str]:
 
 def variant_comm(root, name: str, dataset: str) -> list[dict] | None:
     """The communication rows of data variant ``name`` (C, ρ, shard sizes and input width as one of its IID runs
-    recorded them), labelled ``dataset``; None without such a run."""
+    recorded them), labelled ``dataset``; in a report directory, which holds no summaries, the rows its
+    ``comm.csv`` measured from them (``fedgca report``); None without either."""
     from fedgca.experiments import comm
 
     runs, _ = load_runs(root)
@@ -532,6 +533,13 @@ def variant_comm(root, name: str, dataset: str) -> list[dict] | None:
         s = run.record
         if s.get("dataset") == name and s.get("partition", "iid") == "iid" and s.get("client_sizes"):
             return [{**r, "dataset": dataset} for r in comm.measure(comm.run_inputs(s))]
+    table = Path(root) / "comm.csv"
+    if table.is_file():
+        import pandas as pd
+
+        rows = pd.read_csv(table, thousands=",").query("dataset == @name").to_dict("records")
+        ints = ("k", "C", "U", "D_z", "P")
+        return [{**r, **{c: int(r[c]) for c in ints}, "dataset": dataset} for r in rows] or None
     return None
 
 
