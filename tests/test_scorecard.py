@@ -467,6 +467,9 @@ def test_a_data_variant_is_scored_as_its_datasets_cells(fixture_dir, tmp_path):
     data = scorecard.build(fixture_dir, variant=("bank-tail", "bank"))
     assert [r["dataset"] for r in data["table"]] == ["bank"] * 7
     assert {r["dataset"] for r in data["more"]["noniid"]} == {"bank"}
+    plain = scorecard.build(fixture_dir)  # without --as the variant is own data: in no cell and no claim
+    assert "bank-tail" not in json.dumps(plain, default=str)
+    assert {r["dataset"] for r in plain["table"] if r["fedgca_mean"] is not None} == {"academic", "bank"}
     # A report of the variant's runs (runs.csv and comm.csv, no summaries) scores the same, communication row included.
     report.write_report(fixture_dir, tmp_path / "rep", plots=False)
     again = scorecard.write_scorecard(tmp_path / "rep", tmp_path / "rep" / "S.md", variant=("bank-tail", "bank"))

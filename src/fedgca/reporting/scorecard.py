@@ -103,6 +103,7 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False, variant: tu
     root = Path(root)
     rows, first = [], {}
     tabulated = {m for _, m in paper_tables()[0]}  # e.g. not DP-GCA, whose runs.csv rows omit their ε
+    published = {d for d, _ in paper_tables()[0]}  # own data (a data variant too) is no paper cell
 
     def key(r):
         return (r["dataset"], r["method"], r["seed"], r["rounds"], r["k"] if r["method"] == "gca" else None,
@@ -115,6 +116,8 @@ def collect_runs(root, protocol: str = "paper", quiet: bool = False, variant: tu
             if r["dataset"] != variant[0]:
                 return
             r["dataset"] = variant[1]
+        elif r["dataset"] not in published:
+            return
         k = key(r)
         if k not in first:
             first[k] = (source, len(rows))
