@@ -412,3 +412,21 @@ def test_detectors_of_array_data_score_raw_arrays_and_x_only_files(tmp_path):
     np.testing.assert_allclose(pd.read_csv(tmp_path / "s.csv")["score"], scores, rtol=1e-5)
     with pytest.raises(ValueError, match="reads 4 raw feature columns"):
         det.transform(X[:5, :3])
+
+
+def test_defaulted_options_are_said_once_per_process(caplog):
+    """`compare` and `sweep` bind the same own data once per run; what was defaulted is logged once."""
+    import logging
+
+    import fedgca
+    from fedgca import sources
+
+    rng = np.random.default_rng(0)
+    data = fedgca.load_data((rng.normal(size=(400, 4)).astype(np.float32), (rng.random(400) < 0.1).astype(int)),
+                            name="said-once")
+    with caplog.at_level(logging.INFO, logger="fedgca"):
+        bound = {(cfg.clients, cfg.k, cfg.rho) for cfg, _ in
+                 (sources.bind({"method": "gca", "seed": seed}, data) for seed in (1, 2, 3))}
+    assert len(bound) == 1  # every run is still defaulted alike
+    said = [r.message for r in caplog.records if "has no preset" in r.message]
+    assert len(said) == 1 and said[0].startswith("said-once has no preset: --clients "), said

@@ -41,6 +41,9 @@ def _array_dir(p: Path) -> bool:
     return p.is_dir() and all(f.suffix.lower() in (".mat", ".npz") for f in p.iterdir() if f.is_file())
 
 
+_SAID: set[str] = set()
+
+
 def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None = None) \
         -> tuple[RunConfig, FederatedDataset]:
     """The resolved RunConfig of ``options`` on own data ``source``, and the loaded dataset.
@@ -66,8 +69,10 @@ def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None 
     cfg = RunConfig(**values).resolved()
     if defaulted:
         ds.info["defaulted"] = dict(defaulted)
-        log.info("%s has no preset: %s (from the data; set them to override)", source.label,
-                 ", ".join(f"{option_name(k)} {v}" for k, v in defaulted.items()))
+        said = f"{source.label} has no preset: " + ", ".join(f"{option_name(k)} {v}" for k, v in defaulted.items())
+        if said not in _SAID:  # once per process: compare and sweep bind the same data once per run
+            _SAID.add(said)
+            log.info("%s (from the data; set them to override)", said)
     return cfg, ds
 
 
