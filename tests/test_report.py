@@ -291,3 +291,46 @@ def test_runs_csv_names_the_privacy_a_dp_run_spent():
          {**base, "method": "gca"}]))))
     got = [[r[c] for c in ("dp_epsilon", "dp_delta", "dp_sigma", "dp_code_sigma")] for r in rows]
     assert got == [["4.2", "1e-05", "0.05", ""], ["2.0", "1e-05", "89.0", "89.0"], ["", "", "", ""]]
+
+
+def test_a_sweep_in_progress_lists_its_unfinished_runs_and_the_scorecard_says_why(tmp_path, data_dir):
+    """`fedgca report` of a sweep directory whose grid (sweep.json) is not finished writes pending.csv and a "Not
+    finished" section with the predicted work (experiments/cost.py) and the pace of its finished runs (the ledger);
+    the scorecard marks the cells those runs belong to; once all finished, the list goes."""
+    from fedgca.experiments import cost, sweep
+    from fedgca.reporting import scorecard
+
+    grid = [canonical(RunConfig("academic", backend="kmeans", k=k, seed=s))
+            for k, s in ((10, 100), (10, 200), (10, 300), (20, 100))]
+    root = tmp_path / "sweep"
+    (root / sweep.RUNS).mkdir(parents=True)
+    (root / sweep.SPEC_FILE).write_text(json.dumps([{"key": c.key(), "config": c.to_dict()} for c in grid]))
+    _write(root / sweep.RUNS, grid[0], 0.6491)
+    sweep.Ledger(root / sweep.LEDGER).append("finished", grid[0].key(), seconds=100.0)
+    out = tmp_path / "rep"
+    report.write_report(root, out, plots=False, data_dir=data_dir)
+    pending = list(csv.DictReader((out / report.PENDING).open()))
+    assert [r["key"] for r in pending] == [c.key() for c in grid[1:]] and {r["state"] for r in pending} == {"pending"}
+    flops = {c.key(): cost.run_flops(c, cost.sizes(c, data_dir)) for c in grid}
+    left = sum(flops[c.key()] for c in grid[1:])
+    assert [float(r["tflop"]) for r in pending] == [round(flops[c.key()] / 1e12, 2) for c in grid[1:]]
+    md = (out / "report.md").read_text()
+    assert "## Not finished" in md and "3 of the sweep's 4 runs have not finished (3 pending)" in md
+    assert f"≈ {cost.hours(left / (flops[grid[0].key()] / 100.0))} of one worker" in md
+    assert "| academic gca partition=iid backend=kmeans K=10 weights=inverse | 200, 300 |" in md
+
+    data = scorecard.build(out)
+    row = {(r["backend"], r["k"]): r for r in data["more"]["k_sweep"] if r["dataset"] == "academic"
+           and r["partition"] == "iid"}
+    assert row["kmeans", 10]["seeds"] == 1 and row["kmeans", 10]["note"] == "2 runs pending in ."
+    assert row["kmeans", 20]["verdict"] == "not run" and row["kmeans", 20]["note"] == "1 run pending in ."
+    assert row["kmeans", 40]["note"] == "" and row["softkmeans", 10]["note"] == ""
+    card = scorecard.write_scorecard(out, tmp_path / "S.md", data_dir=tmp_path / "no-data").read_text()
+    assert "| academic | K-means | 20 | 64.91 ± 0.01 | — | — | not run (1 run pending in .) |" in card
+    assert "| credit | GCA | 82.40 ± 0.09 | — | — | not run (no data files) |" in card
+    assert "Not run at all: adult (no data files), bank (no data files), credit (no data files)" in card
+
+    for c in grid[1:]:
+        _write(root / sweep.RUNS, c, 0.6491)
+    report.write_report(root, out, plots=False, data_dir=data_dir)
+    assert not (out / report.PENDING).exists() and "Not finished" not in (out / "report.md").read_text()

@@ -117,6 +117,8 @@ def _register_sweep_report_comm(sub) -> None:
     p.add_argument("dir", help="directory tree holding runs")
     p.add_argument("--out", help="where to write (default: DIR/report)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--data-dir", help="dataset directory, for the predicted work of a sweep's unfinished runs "
+                                      "(default: $FEDGCA_DATA_DIR, cache)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("scorecard", help="every cell of the paper's tables (IID, K sweeps per backend, weighting, "
@@ -151,7 +153,7 @@ def _register_sweep_report_comm(sub) -> None:
 def cmd_sweep(args) -> int:
     import sys
 
-    from fedgca.experiments import cost, sweep
+    from fedgca.experiments import sweep
 
     spec = sweep.load_spec(args.spec)
     out = args.out or spec.out
@@ -159,20 +161,15 @@ def cmd_sweep(args) -> int:
         raise ValueError("no sweep directory: pass --out DIR (or set `out` in the sweep file)")
     data_dir = spec.source if spec.source is not None else (args.data_dir or spec.data_dir)
     if args.dry_run:
-        states = sweep.status(Path(out), spec.configs)
-        flops = sweep.predicted_flops(spec.configs, data_dir) or {}
+        left = sweep.remaining(out, spec.configs, data_dir)
         for cfg in spec.configs:
-            f = flops.get(cfg.key())
-            print(f"{cfg.key()}  {states[cfg.key()]:8s}  {'' if f is None else f'{f / 1e12:7.2f} TFLOP  '}"
+            f = left["flops"].get(cfg.key())
+            print(f"{cfg.key()}  {left['states'][cfg.key()]:8s}  {'' if f is None else f'{f / 1e12:7.2f} TFLOP  '}"
                   f"{sweep.describe(cfg)}")
-        counts = {s: list(states.values()).count(s) for s in ("finished", "partial", "failed", "pending")}
+        counts = {s: list(left["states"].values()).count(s) for s in ("finished", "partial", "failed", "pending")}
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(spec.configs)}", file=sys.stderr)
-        if flops:
-            left = sum(f for k, f in flops.items() if states[k] != "finished")
-            rate = sweep.measured_rate(Path(out), flops)
-            pace = (f"≈ {cost.hours(left / rate)} of one worker at the {rate / 1e9:.1f} GFLOP/s its finished runs "
-                    "averaged" if rate else "no finished run to measure a pace on yet")
-            print(f"to run: {left / 1e12:.1f} TFLOP of protocol work (experiments/cost.py); {pace}", file=sys.stderr)
+        if left["flops"]:
+            print(f"to run: {sweep.pace_text(left['left_flops'], left['rate'])}", file=sys.stderr)
         return 0
     try:
         res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
@@ -194,7 +191,7 @@ def cmd_report(args) -> int:
 
     from fedgca.reporting import report
 
-    paths = report.write_report(args.dir, args.out, plots=not args.no_plots)
+    paths = report.write_report(args.dir, args.out, plots=not args.no_plots, data_dir=args.data_dir)
     print(paths["md"].read_text())
     print(f"report written to {paths['md'].parent} (report.md, report.tex, CSV tables, plots)", file=sys.stderr)
     return 0

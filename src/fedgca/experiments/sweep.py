@@ -37,6 +37,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -364,6 +365,36 @@ def measured_rate(root: Path, flops: dict[str, float]) -> float | None:
     return did / secs if secs else None
 
 
+SPEC_FILE = "sweep.json"  # the sweep's whole grid, written by every start of it
+
+
+def remaining(root, configs: list[RunConfig] | None = None, data_dir=None) -> dict | None:
+    """What sweep ``root`` has left: each config's state (``status``), the configs not finished, their predicted
+    protocol FLOPs and the pace its finished runs averaged (FLOP/s; None before any finished). ``configs``: the
+    sweep's grid, by default the one its last start recorded (``sweep.json``); None when ``root`` holds none."""
+    root = Path(root)
+    if configs is None:
+        try:
+            configs = [RunConfig.from_dict(e["config"]) for e in json.loads((root / SPEC_FILE).read_text())]
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as err:  # another version's file, or a damaged one
+            raise ValueError(f"{root / SPEC_FILE}: not a sweep's grid ({err})") from None
+    states = status(root, configs)
+    flops = predicted_flops(configs, data_dir) or {}
+    left = [c for c in configs if states[c.key()] != "finished"]
+    return {"configs": configs, "states": states, "left": left, "flops": flops,
+            "left_flops": math.fsum(flops[c.key()] for c in left) if flops else None,
+            "rate": measured_rate(root, flops) if flops else None}
+
+
+def pace_text(left_flops: float, rate: float | None) -> str:
+    """'1322.9 TFLOP of protocol work (experiments/cost.py); ≈ 5h49m of one worker at the 63.2 GFLOP/s ...'."""
+    pace = (f"≈ {cost.hours(left_flops / rate)} of one worker at the {rate / 1e9:.1f} GFLOP/s its finished runs "
+            "averaged" if rate else "no finished run to measure a pace on yet")
+    return f"{left_flops / 1e12:.1f} TFLOP of protocol work (experiments/cost.py); {pace}"
+
+
 def describe(cfg: RunConfig) -> str:
     parts = [cfg.dataset, cfg.method, f"seed={cfg.seed}", f"partition={cfg.partition}"]
     if methods.is_gca(cfg.method):
@@ -406,7 +437,7 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     root = Path(root)
     (root / RUNS).mkdir(parents=True, exist_ok=True)
     ledger = Ledger(root / LEDGER)
-    (root / "sweep.json").write_text(json.dumps(
+    (root / SPEC_FILE).write_text(json.dumps(
         [{"key": c.key(), "config": c.to_dict()} for c in configs], indent=1))
 
     finished = ledger.finished_keys()

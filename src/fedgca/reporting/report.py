@@ -75,7 +75,7 @@ from fedgca.reporting.render import (
     tidy_cells,
 )
 from fedgca.rundir import CLIENT_METRICS
-from fedgca.tabletext import dicts_csv
+from fedgca.tabletext import dicts_csv, markdown
 
 log = logging.getLogger("fedgca")
 
@@ -325,7 +325,45 @@ def build(root, exclude: Path | None = None) -> dict:
             "privacy": privacy.privacy_rows(runs, attacks)}
 
 
-def write_report(root, out=None, plots: bool = True) -> dict[str, Path]:
+PENDING = "pending.csv"
+
+
+def unfinished(root: Path, data_dir=None) -> dict | None:
+    """A sweep directory's runs not finished yet (``sweep.remaining``), or None (all finished, or not a sweep)."""
+    from fedgca.experiments import sweep
+
+    try:
+        left = sweep.remaining(root, data_dir=data_dir)
+    except ValueError as err:  # a sweep.json of another version: the report of what finished still stands
+        log.warning("%s; the report does not list the unfinished runs", err)
+        return None
+    return left if left and left["left"] else None
+
+
+def _pending_rows(left: dict) -> list[dict]:
+    return [{"key": c.key(), "state": left["states"][c.key()],
+             "tflop": f"{left['flops'][c.key()] / 1e12:.2f}" if left["flops"] else "", **c.to_dict()}
+            for c in left["left"]]
+
+
+def _unfinished_text(left: dict) -> tuple[str, list[list[str]]]:
+    """The report's sentence on a sweep's unfinished runs, and a row per cell (a run's settings but its seed)."""
+    from fedgca.experiments import sweep
+
+    states = [left["states"][c.key()] for c in left["left"]]
+    counts = ", ".join(f"{states.count(s)} {s}" for s in ("partial", "failed", "pending") if states.count(s))
+    text = (f"{len(left['left'])} of the sweep's {len(left['configs'])} runs have not finished ({counts}); "
+            f"`{PENDING}` lists them. " + (f"Left: {sweep.pace_text(left['left_flops'], left['rate'])}. "
+                                           if left["flops"] else "")
+            + "Running the sweep's command again resumes them.")
+    cells: dict[str, list[str]] = {}
+    for c in left["left"]:
+        cells.setdefault(re.sub(r" seed=\S+", "", sweep.describe(c)), []).append(str(c.seed))
+    return text, [[cell, ", ".join(seeds)] for cell, seeds in cells.items()]
+
+
+def write_report(root, out=None, plots: bool = True, data_dir=None) -> dict[str, Path]:
+    """``data_dir``: the datasets, for the predicted work of a sweep's unfinished runs (``sweep.remaining``)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such directory")
@@ -334,6 +372,12 @@ def write_report(root, out=None, plots: bool = True) -> dict[str, Path]:
     data = build(root, exclude=out)
     if not data["runs"] and not data["attacks"]:
         raise ValueError(f"{root}: no finished runs (summary.json) found")
+    data["unfinished"] = unfinished(root, data_dir)
+    if data["unfinished"]:
+        rows = _pending_rows(data["unfinished"])
+        _write_dicts(out / PENDING, rows, list(rows[0]))
+    else:
+        (out / PENDING).unlink(missing_ok=True)  # a previous report's list, now stale
     all_tables = [t for s in data["sections"] for t in s.tables]
 
     index = []
@@ -388,6 +432,9 @@ def _markdown(root: str, data: dict, images: list[Path]) -> str:
         lines.append(f"- note: {n}")
     if data["notes"]:
         lines.append("")
+    if data.get("unfinished"):
+        text, cells = _unfinished_text(data["unfinished"])
+        lines += ["## Not finished", "", text, "", markdown(["cell", "seeds left"], cells), ""]
     for s in data["sections"]:
         lines += [f"## {s.title}", ""]
         if s.intro:
@@ -411,6 +458,8 @@ def _latex(root: str, data: dict, images: list[Path]) -> str:
              r"\usepackage{graphicx}", r"\usepackage{adjustbox}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
              r"\begin{document}", r"\section*{fedgca report}",
              tex_escape(f"{len(data['runs'])} finished runs from {root}. Cells: mean ± sample std over seeds."), ""]
+    if data.get("unfinished"):
+        parts += [r"\subsection*{Not finished}", tex_escape(_unfinished_text(data["unfinished"])[0]), ""]
     for s in data["sections"]:
         parts += [r"\subsection*{" + tex_escape(s.title) + "}", tex_escape(s.intro), ""]
         for i, t in enumerate(s.tables):

@@ -10,6 +10,8 @@ tables regenerate the scorecard) — IID, R = 100, peak accuracy under the paper
 and sample std over seeds. GCA is GCA-GMM with inverse weights at the paper's K* (SPEC's
 presets); fedgca's own K* (the K with the highest mean peak among those run) is noted beside it.
 Verdicts: |Δ| within 1.0 pp (1.5 pp on magic, whose seeds spread more) → "within", else "outside"; no runs → "not run".
+A cell's note says why it is not run, or what it still waits for (``verdicts.cell_note``): its dataset's files are
+absent, or a sweep's report lists its runs as unfinished (``pending.csv``, :func:`pending_cells`).
 
 Beside it, the honest protocol (issue #15, item 5): runs with a validation split, τ on validation rows and
 the round chosen by validation error (``protocol_of``) give the same cells without test labels, and the
@@ -35,7 +37,9 @@ from fedgca.reporting.verdicts import (
     SEEDS,
     TOLERANCE_PP,
     TOLERANCE_PP_BY_DATASET,
+    cell_note,
     verdict,
+    with_note,
 )
 from fedgca.reporting.verdicts import fmt_cell as _fmt
 from fedgca.tabletext import dicts_csv, markdown
@@ -315,9 +319,59 @@ def coverage(rows: list[dict], datasets: list[str], order: list[str]) -> list[di
 # ---------------------------------------------------------------------------- the scorecard
 
 
-def build(root, comm_rows: list[dict] | None = None, variant: tuple[str, str] | None = None) -> dict:
+def cell_key(r: dict) -> tuple:
+    """A run's cell in the paper's tables: partition, dataset, method, and GCA's K, backend and weights."""
+    gca = r["method"] == "gca"
+    return (r["partition"], r["dataset"], r["method"], r["k"] if gca else None, r["backend"] if gca else "gmm",
+            r["weights"] if gca else "inverse")
+
+
+def pending_cells(root) -> dict[tuple, tuple[int, list[str]]]:
+    """{cell: (runs, folders)}: the paper-protocol runs (R = 100, the paper's seeds) that reports under ``root``
+    list as not finished (``fedgca report`` of a sweep in progress writes ``pending.csv``)."""
+    from fedgca.reporting.report import PENDING
+
+    root = Path(root)
+    out: dict = {}
+    for path in sorted(root.rglob(PENDING)):
+        where = path.parent.relative_to(root).as_posix()
+        for raw in csv.DictReader(path.open()):
+            if protocol_of(raw) != "paper":
+                continue
+            try:
+                r = _row_of_csv({**raw, "peak_accuracy": "nan"})
+            except (KeyError, TypeError, ValueError):
+                continue  # another version's list: a cell without its note, nothing worse
+            if r["rounds"] == ROUNDS and r["seed"] in SEEDS:
+                n, folders = out.get(cell_key(r), (0, []))
+                out[cell_key(r)] = (n + 1, folders + [where] * (where not in folders))
+    return out
+
+
+def _annotate(data: dict, root, no_data: frozenset) -> None:
+    """Each cell's note (``verdicts.note``): the reason a cell is not run, or the runs it still waits for."""
+    pending = pending_cells(root)
+    for r in data["table"]:
+        k = DATASET_PRESETS.get(r["dataset"], {}).get("k") if r["method"] == "gca" else None
+        r["note"] = cell_note(r["seeds"], r["dataset"] in no_data,
+                         pending.get(cell_key({**r, "partition": "iid", "k": k, "backend": "gmm", "weights": "inverse"})))
+    more = data["more"]
+    for r in more["k_sweep"]:
+        r["note"] = cell_note(r["seeds"], r["dataset"] in no_data, pending.get(cell_key({**r, "method": "gca",
+                                                                                     "weights": "inverse"})))
+    for r in more["noniid"]:
+        cell = {**r, "partition": "dirichlet", "k": scorecard_tables.NONIID_K, "backend": "gmm", "weights": "inverse"}
+        r["note"] = cell_note(r["seeds"], r["dataset"] in no_data, pending.get(cell_key(cell)))
+    for r in more["weighting"]:
+        for w in ("inverse", "uniform"):
+            r[f"{w}_note"] = cell_note(r[f"{w}_seeds"], r["dataset"] in no_data, None)
+
+
+def build(root, comm_rows: list[dict] | None = None, variant: tuple[str, str] | None = None,
+          no_data: frozenset = frozenset()) -> dict:
     """Every table's cells and the claims. ``variant`` = (name, dataset): score data variant ``name``'s runs as
-    ``dataset``'s cells, and show that dataset only."""
+    ``dataset``'s cells, and show that dataset only. ``no_data``: the datasets whose files are absent (a cell of
+    theirs that is not run says so)."""
     paper, paper_comm = paper_tables()
     runs = collect_runs(root, variant=variant)
     cells = fedgca_cells(runs)
@@ -341,9 +395,11 @@ def build(root, comm_rows: list[dict] | None = None, variant: tuple[str, str] | 
     if variant is not None:  # the variant's dataset only (the other datasets' rows would all read "not run")
         more = {k: [r for r in v if r.get("dataset") in (None, variant[1])] if k != "more_claims" and isinstance(v, list)
                 else v for k, v in more.items()}
-    return {"table": table, "claims": claims(paper, cells, attacks, paper_comm, comm_rows) + more["more_claims"],
+    data = {"table": table, "claims": claims(paper, cells, attacks, paper_comm, comm_rows) + more["more_claims"],
             "datasets": datasets, "coverage": coverage(runs, datasets, order),
             **honest(root, paper, cells, order, datasets, variant), "more": more, "variant": variant}
+    _annotate(data, root, no_data)
+    return data
 
 
 def honest(root, paper: dict, cells: dict, order: list[str], datasets: list[str],
@@ -448,7 +504,7 @@ def render(data: dict, source: str) -> str:
     body = [[r["dataset"], methods.get(r["method"]).label + (f" (K*={r['k']})" if r["method"] == "gca" and r["k"]
                                                              else ""),
              _fmt(r["paper_mean"], r["paper_std"]), _fmt(r["fedgca_mean"], r["fedgca_std"], r["seeds"]),
-             "—" if r["delta"] is None else f"{r['delta']:+.2f}", r["verdict"]] for r in rows]
+             "—" if r["delta"] is None else f"{r['delta']:+.2f}", with_note(r["verdict"], r.get("note"))] for r in rows]
     counts = defaultdict(int)
     for r in rows:
         counts[r["verdict"]] += 1
@@ -549,14 +605,18 @@ def variant_comm(root, name: str, dataset: str) -> list[dict] | None:
 def write_scorecard(root, out=None, data_dir=None, variant: tuple[str, str] | None = None) -> Path:
     """SCORECARD.md/.csv and _tables.csv. ``variant`` = (name, dataset): data variant ``name``'s runs as
     ``dataset``'s cells (``fedgca scorecard DIR --as NAME=DATASET``); its communication row from its runs' sizes."""
-    comm_rows = None
+    comm_rows, no_data = None, frozenset()
     try:
         from fedgca.experiments import comm
 
-        comm_rows = variant_comm(root, *variant) if variant else comm.comm_table(None, data_dir=data_dir)[0]
+        if variant:
+            comm_rows = variant_comm(root, *variant)
+        else:  # the datasets whose files are absent get their documented sizes there ("documented")
+            comm_rows, sources = comm.comm_table(None, data_dir=data_dir)
+            no_data = frozenset(d for d, source in sources.items() if source == "documented")
     except (OSError, ValueError, RuntimeError):
         comm_rows = None  # no data files: the communication claim is "not run"
-    data = build(root, comm_rows, variant)
+    data = build(root, comm_rows, variant, no_data)
     root = Path(root)
     out = Path(out) if out else root / "SCORECARD.md"
     out.parent.mkdir(parents=True, exist_ok=True)

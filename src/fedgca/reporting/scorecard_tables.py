@@ -24,7 +24,7 @@ from fedgca import methods
 from fedgca.config import BACKENDS, K_GRID
 from fedgca.reporting import tables
 from fedgca.reporting.groups import BACKEND_LABELS, k_star_of
-from fedgca.reporting.verdicts import fmt_cell, tolerance
+from fedgca.reporting.verdicts import fmt_cell, tolerance, with_note
 from fedgca.tabletext import markdown
 
 NONIID_K = 10  # the paper's non-IID K* on every dataset (its non-IID sweep is flat in K)
@@ -224,6 +224,12 @@ def _fmt(mean, std, n=3) -> str:
     return fmt_cell(mean, std, n)
 
 
+def _absent(dataset: str, rows: list[dict]) -> str:
+    """" (no data files)" after a dataset none of whose cells was run because its files are absent."""
+    notes = {r.get("note") for r in rows if r["dataset"] == dataset}
+    return " (no data files)" if notes == {"no data files"} else ""
+
+
 def _delta(d) -> str:
     return "—" if d is None else f"{d:+.2f}"
 
@@ -238,7 +244,7 @@ def render(data: dict, datasets_order) -> list[str]:
             x["fedgca_mean"] is not None for x in rows if x["dataset"] == d)]
         missing = [d for d in dict.fromkeys(r["dataset"] for r in rows) if d not in ran]
         body = [[r["dataset"], BACKEND_LABELS[r["backend"]], str(r["k"]), _fmt(r["paper_mean"], r["paper_std"]),
-                 _fmt(r["fedgca_mean"], r["fedgca_std"], r["seeds"]), _delta(r["delta"]), r["verdict"]]
+                 _fmt(r["fedgca_mean"], r["fedgca_std"], r["seeds"]), _delta(r["delta"]), with_note(r["verdict"], r.get("note"))]
                 for r in rows if r["dataset"] in ran]
         stars = [s for s in data["k_stars"] if s["partition"] == partition and s["dataset"] in ran]
         star_text = "; ".join(
@@ -249,7 +255,7 @@ def render(data: dict, datasets_order) -> list[str]:
         lines += [f"## {title}", "",
                   "Peak accuracy (%) over the evaluations after every reconstruction epoch, R = 100, seeds "
                   "100/200/300, inverse weights; paper against fedgca, with the IID table's tolerance. " + counts
-                  + (f" Not run at all: {', '.join(missing)}." if missing else ""), ""]
+                  + (f" Not run at all: {', '.join(d + _absent(d, rows) for d in missing)}." if missing else ""), ""]
         if body:
             lines += [markdown(["dataset", "backend", "K", "paper", "fedgca", "Δ (pp)", "verdict"], body), "",
                       f"K* by the paper's rule (best three-seed mean, ties to the smaller K): {star_text}.", ""]
@@ -257,9 +263,9 @@ def render(data: dict, datasets_order) -> list[str]:
     w = data["weighting"]
     body = [[r["dataset"], str(r["k_star"]),
              _fmt(r["inverse_paper_mean"], r["inverse_paper_std"]), _fmt(r["inverse_fedgca_mean"], r["inverse_fedgca_std"]),
-             _delta(r["inverse_delta"]), r["inverse_verdict"],
+             _delta(r["inverse_delta"]), with_note(r["inverse_verdict"], r.get("inverse_note")),
              _fmt(r["uniform_paper_mean"], r["uniform_paper_std"]), _fmt(r["uniform_fedgca_mean"], r["uniform_fedgca_std"]),
-             _delta(r["uniform_delta"]), r["uniform_verdict"]] for r in w]
+             _delta(r["uniform_delta"]), with_note(r["uniform_verdict"], r.get("uniform_note"))] for r in w]
     sources = sorted({r["source"] for r in w if r["source"]})
     lines += ["## Alignment weighting at K*", "",
               "The paper's statistic: per seed, the highest of client 0's R × T_align = 500 alignment-epoch "
@@ -272,7 +278,7 @@ def render(data: dict, datasets_order) -> list[str]:
     rows = data["noniid"]
     body = [[r["dataset"], methods.get(r["method"]).label + (f" (K={NONIID_K})" if r["method"] == "gca" else ""),
              _fmt(r["paper_mean"], r["paper_std"]), _fmt(r["fedgca_mean"], r["fedgca_std"], r["seeds"]),
-             _delta(r["delta"]), r["verdict"]] for r in rows]
+             _delta(r["delta"]), with_note(r["verdict"], r.get("note"))] for r in rows]
     lines += ["## Non-IID comparison", "",
               "Dirichlet α = 0.1 with the 10:1 long tail (SPEC §4), R = 100, seeds 100/200/300, peak accuracy (%); GCA "
               f"at K = {NONIID_K}, the paper's non-IID K* on every dataset. " + _counts(r["verdict"] for r in rows), "",
@@ -313,17 +319,17 @@ def flat_rows(data: dict) -> list[dict]:
     for r in data["k_sweep"]:
         out.append({"table": f"k_sweep_{r['partition']}", "dataset": r["dataset"], "item": r["backend"], "k": r["k"],
                     **{k: r[k] for k in ("paper_mean", "paper_std", "fedgca_mean", "fedgca_std", "seeds", "delta",
-                                         "verdict")}})
+                                         "verdict")}, "note": r.get("note", "")})
     for r in data["weighting"]:
         for w in ("inverse", "uniform"):
             out.append({"table": "weighting", "dataset": r["dataset"], "item": w, "k": r["k_star"],
                         **{k: r[f"{w}_{k}"] for k in ("paper_mean", "paper_std", "fedgca_mean", "fedgca_std", "seeds",
-                                                      "delta", "verdict")}})
+                                                      "delta", "verdict")}, "note": r.get(f"{w}_note", "")})
     for r in data["noniid"]:
         out.append({"table": "noniid", "dataset": r["dataset"], "item": r["method"],
                     "k": NONIID_K if r["method"] == "gca" else "",
                     **{k: r[k] for k in ("paper_mean", "paper_std", "fedgca_mean", "fedgca_std", "seeds", "delta",
-                                         "verdict")}})
+                                         "verdict")}, "note": r.get("note", "")})
     return out
 
 

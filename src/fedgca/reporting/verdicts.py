@@ -29,3 +29,17 @@ def fmt_cell(mean, std, n=None) -> str:
         return "—"
     s = f"{mean:.2f}" if n == 1 else f"{mean:.2f} ± {std:.2f}"  # one seed: no spread to show
     return s + (f" (n={n})" if n is not None and n != len(SEEDS) else "")
+
+
+def cell_note(seeds: int, no_data: bool, pending: tuple[int, list[str]] | None) -> str:
+    """Why a cell is not run, or what it still waits for: "no data files" (a cell with no run, whose dataset's files
+    are not in the data directory) or "N runs pending in FOLDER" (an unfinished sweep's report lists them)."""
+    if pending:
+        n, where = pending
+        return f"{n} run{'s' if n != 1 else ''} pending in {', '.join(where)}"
+    return "no data files" if no_data and not seeds else ""
+
+
+def with_note(verdict: str, text: str | None) -> str:
+    """A verdict as the scorecard shows it: "not run (no data files)", "within (2 runs pending in backends)"."""
+    return f"{verdict} ({text})" if text else verdict
