@@ -474,3 +474,15 @@ def test_a_data_variant_is_scored_as_its_datasets_cells(fixture_dir, tmp_path):
     report.write_report(fixture_dir, tmp_path / "rep", plots=False)
     again = scorecard.write_scorecard(tmp_path / "rep", tmp_path / "rep" / "S.md", variant=("bank-tail", "bank"))
     assert again.read_text().split("\n", 3)[3] == text.split("\n", 3)[3]
+
+
+def test_the_committed_scorecard_regenerates_byte_identically(data_dir, tmp_path, monkeypatch):
+    """`fedgca scorecard docs/results --data-dir ../shared/data` rewrites the committed SCORECARD files as they are
+    (issue #33): every figure in them comes from the committed result tables, by today's code."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    out = scorecard.write_scorecard(Path("docs/results"), tmp_path / "SCORECARD.md", data_dir=data_dir)
+    for name in ("SCORECARD.md", "SCORECARD.csv", "SCORECARD_tables.csv"):
+        assert (out.parent / name).read_text() == (repo / "docs/results" / name).read_text(), name
