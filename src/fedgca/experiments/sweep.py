@@ -351,7 +351,7 @@ def predicted_flops(configs: list[RunConfig], data_dir=None) -> dict[str, float]
     try:
         return {c.key(): cost.run_flops(c, cost.sizes(c, data_dir)) for c in configs}
     except Exception as err:  # noqa: BLE001 — an ETA is not worth failing a sweep for
-        log.warning("no FLOP-based ETA (%s: %s); counting runs instead", type(err).__name__, err)
+        log.warning("no FLOP prediction for these runs (%s: %s): ETAs count runs", type(err).__name__, err)
         return None
 
 
