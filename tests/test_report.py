@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -329,6 +330,19 @@ def test_a_sweep_in_progress_lists_its_unfinished_runs_and_the_scorecard_says_wh
     assert "| academic | K-means | 20 | 64.91 ± 0.01 | — | — | not run (1 run pending in .) |" in card
     assert "| credit | GCA | 82.40 ± 0.09 | — | — | not run (no data files) |" in card
     assert "Not run at all: adult (no data files), bank (no data files), credit (no data files)" in card
+
+    # the K = 20 run finished by a second sweep file (the first's run directories lost): pending no more
+    second = tmp_path / "second"
+    (second / sweep.RUNS).mkdir(parents=True)
+    (second / sweep.SPEC_FILE).write_text(json.dumps([{"key": grid[3].key(), "config": grid[3].to_dict()}]))
+    _write(second / sweep.RUNS, grid[3], 0.6493)
+    cards = tmp_path / "cards"
+    shutil.copytree(out, cards / "first")
+    report.write_report(second, cards / "second", plots=False, data_dir=data_dir)
+    row = {(r["backend"], r["k"]): r for r in scorecard.build(cards)["more"]["k_sweep"]
+           if r["dataset"] == "academic" and r["partition"] == "iid"}
+    assert row["kmeans", 20]["seeds"] == 1 and row["kmeans", 20]["note"] == ""
+    assert row["kmeans", 10]["note"] == "2 runs pending in first"
 
     for c in grid[1:]:
         _write(root / sweep.RUNS, c, 0.6491)

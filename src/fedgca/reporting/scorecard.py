@@ -326,12 +326,15 @@ def cell_key(r: dict) -> tuple:
             r["weights"] if gca else "inverse")
 
 
-def pending_cells(root) -> dict[tuple, tuple[int, list[str]]]:
+def pending_cells(root, finished: set | None = None) -> dict[tuple, tuple[int, list[str]]]:
     """{cell: (runs, folders)}: the paper-protocol runs (R = 100, the paper's seeds) that reports under ``root``
-    list as not finished (``fedgca report`` of a sweep in progress writes ``pending.csv``)."""
+    list as not finished (``fedgca report`` of a sweep in progress writes ``pending.csv``), less those in
+    ``finished`` ({(cell_key, seed)}: runs another folder under ``root`` holds finished, e.g. a sweep's last
+    runs finished by a second sweep file after the first's run directories were lost)."""
     from fedgca.reporting.report import PENDING
 
     root = Path(root)
+    finished = finished or set()
     out: dict = {}
     for path in sorted(root.rglob(PENDING)):
         where = path.parent.relative_to(root).as_posix()
@@ -342,15 +345,16 @@ def pending_cells(root) -> dict[tuple, tuple[int, list[str]]]:
                 r = _row_of_csv({**raw, "peak_accuracy": "nan"})
             except (KeyError, TypeError, ValueError):
                 continue  # another version's list: a cell without its note, nothing worse
-            if r["rounds"] == ROUNDS and r["seed"] in SEEDS:
+            if r["rounds"] == ROUNDS and r["seed"] in SEEDS and (cell_key(r), r["seed"]) not in finished:
                 n, folders = out.get(cell_key(r), (0, []))
                 out[cell_key(r)] = (n + 1, folders + [where] * (where not in folders))
     return out
 
 
-def _annotate(data: dict, root, no_data: frozenset) -> None:
-    """Each cell's note (``verdicts.note``): the reason a cell is not run, or the runs it still waits for."""
-    pending = pending_cells(root)
+def _annotate(data: dict, root, no_data: frozenset, runs: list[dict]) -> None:
+    """Each cell's note (``verdicts.note``): the reason a cell is not run, or the runs it still waits for
+    (``runs``: the finished runs, which no folder's list of unfinished ones can make pending again)."""
+    pending = pending_cells(root, {(cell_key(r), r["seed"]) for r in runs if r["rounds"] == ROUNDS})
     for r in data["table"]:
         k = DATASET_PRESETS.get(r["dataset"], {}).get("k") if r["method"] == "gca" else None
         r["note"] = cell_note(r["seeds"], r["dataset"] in no_data,
@@ -398,7 +402,7 @@ def build(root, comm_rows: list[dict] | None = None, variant: tuple[str, str] | 
     data = {"table": table, "claims": claims(paper, cells, attacks, paper_comm, comm_rows) + more["more_claims"],
             "datasets": datasets, "coverage": coverage(runs, datasets, order),
             **honest(root, paper, cells, order, datasets, variant), "more": more, "variant": variant}
-    _annotate(data, root, no_data)
+    _annotate(data, root, no_data, runs)
     return data
 
 
