@@ -8,7 +8,8 @@ to the loopback address only where it believes multi-node clusters are unsupport
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` sets on Linux too). :func:`pin_loopback` sets both, so every process
 of an instance started afterwards (and every node of a ``ray.cluster_utils.Cluster``) binds to 127.0.0.1 —
 checked by the tests with :func:`node_addresses`. A cluster that spans machines is started with
-``ray start`` without it, and the executor connects to it by address.
+``ray start --node-ip-address`` on its private network instead (docs/cluster.md), and the executor connects to it
+by address.
 """
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ def _add_executor_options(p) -> None:
                    help="local: a pool of worker processes on this machine (default); ray: one Ray task per run "
                         "(pip install 'fedgca[ray]'), on --address or on a local Ray instance bound to 127.0.0.1")
     p.add_argument("--address", help="with --executor ray: the cluster's address (HOST:PORT, or auto for one "
-                                     "started on this machine with `ray start --head`)")
+                                     "started on this machine with `ray start --head --node-ip-address ...`: "
+                                     "docs/cluster.md)")
     p.add_argument("--gpus-per-run", type=float, default=0.0,
                    help="with --executor ray: the GPU share each run's task asks for (runs with --device cuda; "
                         "0.25 packs four runs on a GPU) [default: 0]")

@@ -24,8 +24,8 @@ resumes from the run's last checkpoint, so the retried run writes the same ``met
 gets one ``finished`` line per run whatever happened (``sweep.Ledger.append(once=True)``).
 
 **Loopback.** A local instance started here binds to 127.0.0.1 only (:mod:`fedgca.ray_local`); to use a
-cluster, start it with ``ray start`` and pass its address (``--address``; ``auto`` finds a cluster started
-on this machine).
+cluster, start it with ``ray start --node-ip-address`` on its private network (docs/cluster.md) and pass its
+address (``--address``; ``auto`` finds a cluster started on this machine).
 """
 from __future__ import annotations
 

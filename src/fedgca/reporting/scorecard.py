@@ -326,7 +326,7 @@ def cell_key(r: dict) -> tuple:
             r["weights"] if gca else "inverse")
 
 
-def pending_cells(root, finished: set | None = None) -> dict[tuple, tuple[int, list[str]]]:
+def pending_cells(root, finished: frozenset = frozenset()) -> dict[tuple, tuple[int, list[str]]]:
     """{cell: (runs, folders)}: the paper-protocol runs (R = 100, the paper's seeds) that reports under ``root``
     list as not finished (``fedgca report`` of a sweep in progress writes ``pending.csv``), less those in
     ``finished`` ({(cell_key, seed)}: runs another folder under ``root`` holds finished, e.g. a sweep's last
@@ -334,7 +334,6 @@ def pending_cells(root, finished: set | None = None) -> dict[tuple, tuple[int, l
     from fedgca.reporting.report import PENDING
 
     root = Path(root)
-    finished = finished or set()
     out: dict = {}
     for path in sorted(root.rglob(PENDING)):
         where = path.parent.relative_to(root).as_posix()
@@ -354,7 +353,7 @@ def pending_cells(root, finished: set | None = None) -> dict[tuple, tuple[int, l
 def _annotate(data: dict, root, no_data: frozenset, runs: list[dict]) -> None:
     """Each cell's note (``verdicts.note``): the reason a cell is not run, or the runs it still waits for
     (``runs``: the finished runs, which no folder's list of unfinished ones can make pending again)."""
-    pending = pending_cells(root, {(cell_key(r), r["seed"]) for r in runs if r["rounds"] == ROUNDS})
+    pending = pending_cells(root, frozenset((cell_key(r), r["seed"]) for r in runs if r["rounds"] == ROUNDS))
     for r in data["table"]:
         k = DATASET_PRESETS.get(r["dataset"], {}).get("k") if r["method"] == "gca" else None
         r["note"] = cell_note(r["seeds"], r["dataset"] in no_data,
