@@ -136,3 +136,40 @@ def test_the_vision_path_computes_on_the_run_device_only(tmp_path):
     with meta_default_device():
         run(cfg, tmp_path / "trap", data_dir=tmp_path / "data", progress=False)
     assert (tmp_path / "trap" / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
+
+
+def test_results_come_back_through_one_helper():
+    """A tensor's values reach NumPy only through ``devices.to_numpy`` (which moves them to the host first), and
+    a Flower message's arrays only through ``flower.records.array_values``: a bare ``.numpy()`` on a CUDA tensor
+    is the TypeError that stopped the first H100 run. Static, so it runs (and fails on such code) without a GPU."""
+    import ast
+    from pathlib import Path
+
+    import fedgca
+
+    allowed = {("devices.py", "to_numpy"), ("flower/records.py", "array_values")}
+    root = Path(fedgca.__file__).parent
+    found = set()
+
+    class Calls(ast.NodeVisitor):
+        def __init__(self, rel):
+            self.rel, self.owner = rel, None
+
+        def visit_FunctionDef(self, node):
+            outer, self.owner = self.owner, node.name
+            self.generic_visit(node)
+            self.owner = outer
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def visit_Call(self, node):
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "numpy" and not node.args:
+                found.add((self.rel, self.owner, node.lineno))
+            self.generic_visit(node)
+
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        Calls(rel).visit(ast.parse(path.read_text(), filename=str(path)))
+    bare = sorted((rel, line) for rel, owner, line in found if (rel, owner) not in allowed)
+    assert not bare, f".numpy() outside devices.to_numpy / records.array_values: {bare}"
+    assert {(rel, owner) for rel, owner, _ in found} == allowed

@@ -133,7 +133,10 @@ def train_surrogate(
     best_epoch, epochs = 0, 0
     for epochs in range(1, max_epochs + 1):
         model.train()
-        _epoch(model, opt, z_train, batch_size, gen)
+        # torch.optim.Adam creates its `step` state on the default device on some torch versions (2.11):
+        # the run's device is made the default while it steps, so that state lives beside the parameters.
+        with torch.device(device):
+            _epoch(model, opt, z_train, batch_size, gen)
         model.eval()
         val = flipped_loss(model, z_val)
         rel = (best_loss - val) / max(best_loss, torch.finfo(torch.float32).tiny)

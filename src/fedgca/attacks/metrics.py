@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedgca import seeding
+from fedgca.devices import to_numpy
 
 CHUNK_ROWS = 2048
 COS_EPS = 1e-12
@@ -28,7 +29,7 @@ __all__ = ["leakage_metrics", "nearest_by_mse", "select_reference_bank", "CHUNK_
 def _as_matrix(a) -> np.ndarray:
     """A [N, d] float64 array from a numpy array or torch tensor of shape [N, ...]."""
     if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
+        a = to_numpy(a)
     a = np.asarray(a, dtype=np.float64)
     return a.reshape(len(a), -1)
 

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .. import seeding
+from ..devices import to_numpy
 
 
 def iid_partition(n: int, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -47,7 +48,7 @@ def feature_descriptors(features: np.ndarray, pool: int = 8, chunk: int = 4096) 
     out = []
     for start in range(0, len(x), chunk):
         t = torch.as_tensor(np.ascontiguousarray(x[start : start + chunk], dtype=np.float32))
-        out.append(F.adaptive_avg_pool2d(t, (pool, pool)).reshape(len(t), -1).numpy())
+        out.append(to_numpy(F.adaptive_avg_pool2d(t, (pool, pool)).reshape(len(t), -1)))
     return np.concatenate(out).astype(np.float32, copy=False)
 
 

@@ -5,6 +5,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedgca.devices import to_numpy
+
 from fedgca.protocol.losses import reconstruction_per_row
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import StackedModels
@@ -44,7 +46,7 @@ def shared_scores(clients: StackedModels, x: Tensor) -> Tensor:
 @torch.no_grad()
 def shard_scores(clients: StackedModels, shards: ClientShards) -> list[np.ndarray]:
     """Each client's scores on its own rows (no padding is scored)."""
-    return [_scores(clients, i, shards.client(i)).numpy() for i in range(shards.num_clients)]
+    return [to_numpy(_scores(clients, i, shards.client(i))) for i in range(shards.num_clients)]
 
 
 def quantile_threshold(train_scores: np.ndarray, q: float = 0.75) -> float:
@@ -165,7 +167,7 @@ def evaluate_clients(
     train = shard_scores(clients, shards)
     thresholds = quantile_thresholds(train if threshold_scores is None else threshold_scores, q)
     scorer = clients.slot_view(0) if one_model else clients
-    result = detection_metrics(shared_scores(scorer, test_x).numpy(), test_y, thresholds)
+    result = detection_metrics(to_numpy(shared_scores(scorer, test_x)), test_y, thresholds)
     result["per_client"]["train_error"] = [float(s.mean()) for s in train]
     result["train_error"] = mean_error(result["per_client"]["train_error"])
     result["thresholds"] = thresholds.tolist()

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from fedgca.config import DATASET_PRESETS, K_GRID
+from fedgca.devices import to_numpy
 from fedgca.tabletext import dicts_csv, markdown
 
 log = logging.getLogger("fedgca")
@@ -136,7 +137,7 @@ def measure(inp: Inputs, ks=K_GRID, seed: int = PARTITION_SEED) -> list[dict]:
     up = sum(z.nbytes for z in uploads)
 
     # FL: the parameter tensors, up and down, once per client.
-    client_params = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}  # θ_i, sent up
+    client_params = {k: to_numpy(v) for k, v in model.state_dict().items()}  # θ_i, sent up
     global_params = {k: v.copy() for k, v in client_params.items()}  # θ^(r+1), sent down
     fl_up = sum(sum(a.nbytes for a in client_params.values()) for _ in range(inp.clients))
     fl_down = sum(sum(a.nbytes for a in global_params.values()) for _ in range(inp.clients))

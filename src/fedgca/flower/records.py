@@ -28,6 +28,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from fedgca.config import RunConfig
+from fedgca.devices import to_numpy
 
 CONFIG = "config"
 INFO = "info"
@@ -73,12 +74,17 @@ def from_json_record(record: ConfigRecord):
 def array_record(arrays: dict[str, np.ndarray | torch.Tensor]) -> ArrayRecord:
     out = ArrayRecord()
     for k, v in arrays.items():
-        out[k] = Array(v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
+        out[k] = Array(to_numpy(v) if isinstance(v, torch.Tensor) else np.asarray(v))
     return out
 
 
+def array_values(arr: Array) -> np.ndarray:
+    """A Flower ``Array``'s values (the one place a message's arrays become NumPy; tensors use devices.to_numpy)."""
+    return arr.numpy()
+
+
 def numpy_dict(record: ArrayRecord) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in record.items()}
+    return {k: array_values(v) for k, v in record.items()}
 
 
 def model_state(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -100,7 +106,7 @@ def stacked_state_record(state: dict) -> ArrayRecord:
 def stacked_state_from_record(record: ArrayRecord) -> dict:
     params, optim = {}, {"step": {}, "m": {}, "v": {}}
     for key, arr in record.items():
-        t = torch.as_tensor(np.array(arr.numpy(), copy=True), device="cpu")  # copied onto the node's device on load
+        t = torch.as_tensor(np.array(array_values(arr), copy=True), device="cpu")  # copied onto the node's device on load
         if key == "optim.epochs":
             optim["epochs"] = t
         elif key.startswith("params/"):

@@ -24,6 +24,7 @@ from fedgca.flower.records import (
     CONFIG,
     METRICS,
     array_record,
+    array_values,
     config_record,
     model_state,
     numpy_dict,
@@ -160,7 +161,7 @@ def run_baseline(server: FlowerServer) -> dict:
                 server.reject("train", r, c, str(e))
         if valid:
             global_params = model_state(numpy_dict(arrays))
-            stacked = {k: torch.stack([torch.as_tensor(v.content[ARRAYS][k].numpy(), device="cpu") for v in valid])
+            stacked = {k: torch.stack([torch.as_tensor(array_values(v.content[ARRAYS][k]), device="cpu") for v in valid])
                        for k in global_params}
             sizes = [int(v.content[METRICS]["num-examples"]) for v in valid]
             tau = torch.tensor([float(v.content[METRICS]["local-steps"]) for v in valid], dtype=torch.float64,

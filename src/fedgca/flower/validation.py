@@ -6,7 +6,7 @@ import math
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
-from fedgca.flower.records import ARRAYS, CODES, CODES_ARRAY, METRICS
+from fedgca.flower.records import ARRAYS, CODES, CODES_ARRAY, METRICS, array_values
 from fedgca.protocol import gca
 from fedgca.protocol.gca import UploadError
 
@@ -21,7 +21,7 @@ def check_codes(content: RecordDict, *, max_rows: int, latent_dim: int) -> np.nd
         raise UploadError(f"reply must hold exactly one array {CODES_ARRAY!r}, got {arrays}")
     arr = content[CODES][CODES_ARRAY]
     try:
-        codes = arr.numpy()
+        codes = array_values(arr)
     except Exception as e:  # noqa: BLE001 - any undecodable payload is a rejected upload
         raise UploadError(f"undecodable array ({type(e).__name__}: {e})") from None
     if str(codes.dtype) != arr.dtype or list(codes.shape) != list(arr.shape):
@@ -40,7 +40,7 @@ def check_params(content: RecordDict, reference: ArrayRecord, num_examples: int)
         raise UploadError("model tensors differ in names from the global model")
     for k in ref.keys():
         try:
-            a = got[k].numpy()
+            a = array_values(got[k])
         except Exception as e:  # noqa: BLE001
             raise UploadError(f"undecodable tensor {k!r} ({type(e).__name__})") from None
         if a.shape != tuple(ref[k].shape) or str(a.dtype) != ref[k].dtype:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from fedgca import devices, methods, privacy
+from fedgca.devices import to_numpy
 from fedgca.protocol import dpfedavg, server_rules
 from fedgca.protocol.sampling import num_participants
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
@@ -93,7 +94,7 @@ class FedAvgSimulation(SimMethod):
             self.last_upload[k][idx] = v
         for i in idx.tolist():
             self.last_upload_round[i] = r
-        sizes = fed.shards.sizes[idx.numpy()]
+        sizes = fed.shards.sizes[to_numpy(idx)]
         self.global_params, norms = server_rules.aggregate(methods.get(cfg.method).server_rule, r, self.global_params, uploads, sizes,
                                                            server_rules.RuleOptions.of(cfg))
         if norms is not None:  # DP-FedAvg: how often updates were clipped

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from fedgca import privacy, seeding
+from fedgca.devices import to_numpy
 from fedgca.protocol import gca
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
@@ -59,4 +60,4 @@ class GCASimulation(SimMethod):
 
     def load_state_dict(self, state: dict) -> None:
         prev = state.get("previous")
-        self.previous = None if prev is None else ClusterSummary(prev["centroids"].numpy(), prev["counts"].numpy())
+        self.previous = None if prev is None else ClusterSummary(to_numpy(prev["centroids"]), to_numpy(prev["counts"]))

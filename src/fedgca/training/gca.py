@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from fedgca import devices
+from fedgca.devices import to_numpy
 from fedgca.protocol import dp as dp_protocol
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.protocol.gca import (
@@ -103,9 +104,9 @@ def encode_uploads(clients: StackedModels, shards: ClientShards, rngs, rho: floa
     for c, p in enumerate(picks):
         idx[c, : len(p)] = torch.as_tensor(p, device="cpu")
     dev = shards.device
-    codes = clients.encode(shards.x[torch.arange(len(picks), device=dev).unsqueeze(-1), idx.to(dev)]).cpu()
+    codes = to_numpy(clients.encode(shards.x[torch.arange(len(picks), device=dev).unsqueeze(-1), idx.to(dev)]))
     out = [
-        codes[c, : len(p)].numpy().astype(np.float32, copy=True) if bool(participating[c]) else None
+        codes[c, : len(p)].astype(np.float32, copy=True) if bool(participating[c]) else None
         for c, p in enumerate(picks)
     ]
     if dp is not None:

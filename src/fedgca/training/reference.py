@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from fedgca import seeding
+from fedgca.devices import to_numpy
 from fedgca.protocol import gca
 from fedgca.protocol.clustering import ClusterSummary
 from fedgca.protocol.losses import masked_batch_mean, reconstruction_per_row
@@ -50,7 +51,7 @@ def reference_gca_round(clients: list[ReferenceClient], cfg: gca.GCAConfig, seed
     with torch.no_grad():
         for c in clients:
             pick = gca.sample_upload(seeding.rng(seed, "upload", r, c.cid), len(c.x), cfg.rho)
-            uploads.append(c.model.encoder(c.x[torch.as_tensor(pick)]).numpy().astype(np.float32))
+            uploads.append(to_numpy(c.model.encoder(c.x[torch.as_tensor(pick)])).astype(np.float32))
     payload = gca.broadcast_payload(gca.aggregate_codes(uploads, cfg, seeding.int_seed(seed, "cluster", r)))
     summary = ClusterSummary(payload["centroids"], payload["counts"])
     centroids = torch.as_tensor(summary.centroids)

@@ -11,6 +11,7 @@ import torch
 from sklearn.mixture import GaussianMixture
 from sklearn.utils import check_random_state
 
+from fedgca.devices import to_numpy
 from fedgca.protocol.clustering.base import _as_float64, _Backend
 
 _EPS10 = 10 * np.finfo(np.float64).eps  # sklearn adds 10·eps to every N_k
@@ -231,11 +232,11 @@ def _result(A: torch.Tensor, best: dict, lower_bounds: torch.Tensor) -> dict:
     _, log_resp = _e_step(A, s)
     return {
         **best,
-        "weights": s.weights[0].cpu().numpy(),
-        "means": s.means[0].cpu().numpy(),
-        "covariances": s.covs[0].cpu().numpy(),
-        "resp_counts": log_resp[:, 0].exp().sum(0).cpu().numpy(),
-        "lower_bounds": lower_bounds.cpu().numpy(),
+        "weights": to_numpy(s.weights[0]),
+        "means": to_numpy(s.means[0]),
+        "covariances": to_numpy(s.covs[0]),
+        "resp_counts": to_numpy(log_resp[:, 0].exp().sum(0)),
+        "lower_bounds": to_numpy(lower_bounds),
     }
 
 
