@@ -8,4 +8,4 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e '.[test,ray]'  # ray: Flower's Ray engine and the Ray executor, tested in CI
+.venv/bin/python -m pip install -q -e '.[test,ray,peers]'  # ray: Flower's Ray engine and the Ray executor; peers: the bench's PyOD detectors — all tested in CI

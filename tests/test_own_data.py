@@ -2,6 +2,7 @@
 dirty data, bad input, the Python API and sweeps — on the real files in shared/data."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from fedgca.cli.main import main
 from fedgca.data import DataError, DataSource, Schema, infer_schema, load_dataset
 from fedgca.data.partition import natural_partition
 from fedgca.data.presets import SCHEMAS, TRAIN_FILE
+from fedgca.data.schema import OWN_CORR_THRESHOLD
 from fedgca.data.table import table_from_frame
 
 FOUR = ("academic", "adult", "bank", "magic")
@@ -54,6 +56,17 @@ def _run(args: list[str]) -> int:
     return main(["run", "--threads", "1", *args])
 
 
+def paper_protocol() -> list[str]:
+    """The options own data defaults from the data (issue #40) set to the presets' values (RunConfig's defaults,
+    SPEC §8): with them and the preset's C, K, ρ, own data runs exactly the preset."""
+    from fedgca.config import RunConfig, option_name
+    from fedgca.data.own import own_defaults
+
+    fields = RunConfig.__dataclass_fields__
+    return [x for k in own_defaults(1000, None, "iid") if k not in ("clients", "k", "rho", "rounds")
+            for x in (option_name(k), str(fields[k].default))]
+
+
 @pytest.mark.parametrize("name", FOUR)
 def test_preset_and_own_data_give_identical_metrics(name, data_dir, tmp_path):
     """R = 2, seed 100: `--dataset NAME` and the same file as `--data` with `fedgca schema show NAME`."""
@@ -64,7 +77,7 @@ def test_preset_and_own_data_give_identical_metrics(name, data_dir, tmp_path):
     common = ["--rounds", "2", "--seed", "100"]
     assert _run(["--dataset", name, "--data-dir", str(data_dir), "--out", str(tmp_path / "a"), *common]) == 0
     own = ["--data", str(data_dir / name / TRAIN_FILE[name]), "--schema", str(tmp_path / "s.json"),
-           "--clients", str(p["clients"]), "--k", str(p["k"]), "--rho", str(p["rho"])]
+           "--clients", str(p["clients"]), "--k", str(p["k"]), "--rho", str(p["rho"]), *paper_protocol()]
     if SCHEMAS[name].test_file:
         own += ["--test-file", str(data_dir / name / SCHEMAS[name].test_file)]
     assert _run([*own, "--out", str(tmp_path / "b"), *common]) == 0
@@ -88,7 +101,9 @@ def test_odds_mat_and_adbench_npz_equal_the_csv_path(suffix, data_dir, tmp_path)
         savemat(path, {"X": X, "y": y.reshape(-1, 1)})
     else:
         np.savez(path, X=X, y=y)
-    csv_path = DataSource(str(data_dir / "magic" / "magic04.data"), schema.with_test("balanced"), name="m")
+    # an X/y file has own data's schema (no correlation filter): the CSV read with the same rule
+    same_rule = dataclasses.replace(schema.with_test("balanced"), corr_threshold=OWN_CORR_THRESHOLD)
+    csv_path = DataSource(str(data_dir / "magic" / "magic04.data"), same_rule, name="m")
     array_path = DataSource(str(path), name="m")
     for seed in (100, 200):
         a, b = csv_path.load(seed), array_path.load(seed)
@@ -288,7 +303,9 @@ def test_python_api_on_a_dataframe(data_dir, tmp_path):
     data = fedgca.load_data(df, label="y", normal="no", site="job", name="bankjob")
     r = fedgca.run(data, method="gca", partition="natural", rounds=1, recon_epochs=1, align_epochs=1,
                    out=tmp_path / "r")
-    assert r.summary["clients"] == 12 and r.summary["data"]["defaulted"] == {"clients": 12, "k": 10, "rho": 0.1}
+    assert r.summary["clients"] == 12 and r.summary["data"]["defaulted"] == {
+        "clients": 12, "k": 10, "rho": 0.1, "val_fraction": 0.2, "threshold": "val-quantile", "batch_size": 50,
+        "local_epochs": 2}  # natural partition: B = SPEC's 50; about 100 steps a round of a site's rows: 2 epochs
     assert r.summary["data"]["client_sites"][3] == "housemaid"
     assert list(r.metrics["phase"])[-1] == "round"
     rows = df.drop(columns=["y"]).iloc[:20]
@@ -370,7 +387,8 @@ def test_parquet_and_arrays_take_the_same_path(data_dir, tmp_path):
     m = pd.read_csv(data_dir / "magic" / "magic04.data", header=None, names=list(schema.csv.names))
     X, y = m[schema.columns].to_numpy(), (m["class"] == "h").to_numpy().astype(int)
     from_arrays = fedgca.load_data((X, y)).load(100)
-    from_csv = DataSource(str(data_dir / "magic" / "magic04.data"), schema.with_test("balanced")).load(100)
+    same_rule = dataclasses.replace(schema.with_test("balanced"), corr_threshold=OWN_CORR_THRESHOLD)
+    from_csv = DataSource(str(data_dir / "magic" / "magic04.data"), same_rule).load(100)
     _same_arrays(from_csv, from_arrays, names=False)
 
 

@@ -88,3 +88,45 @@ def test_loopback_deployment_over_site_files(sites, tmp_path):
 
     assert round_rows(out / "metrics.csv") == round_rows(tmp_path / "sim" / "metrics.csv")
     assert sim["clients"] == 3 and dataclasses.asdict(cfg)["data_digest"]
+
+
+def _with_tiny_site(sites, root: Path) -> Path:
+    """The three sites plus a fourth of 7 normal rows and no anomaly (adult's 'Never-worked' by workclass)."""
+    import shutil
+
+    site_dir, _ = sites
+    out = root / "sites4"
+    shutil.copytree(site_dir, out)
+    admin = pd.read_csv(site_dir / "admin.csv", sep=";")
+    admin[admin["y"] == "no"].head(7).to_csv(out / "tiny.csv", sep=";", index=False)
+    return out
+
+
+def test_small_sites_drop_drops_before_the_per_site_checks(sites, tmp_path, capsys):
+    """Issue #40 item 6(a): --small-sites drop with the per-site split leaves the tiny site out (its rows, its test
+    set) instead of stopping on its missing anomalies; without drop the run still refuses, naming the site."""
+    site_dir, schema = sites
+    four = _with_tiny_site(sites, tmp_path)
+    args = ["--data", str(four), "--schema", str(schema), "--partition", "natural", "--method", "gca",
+            "--rounds", "1", "--recon-epochs", "1", "--align-epochs", "1"]
+    assert main(["run", *args, "--out", str(tmp_path / "refused")]) == 2
+    assert "site 'tiny'" in capsys.readouterr().err
+    assert main(["run", *args, "--small-sites", "drop", "--out", str(tmp_path / "dropped")]) == 0
+    import json
+
+    summary = json.loads((tmp_path / "dropped" / "summary.json").read_text())
+    assert summary["clients"] == 3 and summary["data"]["dropped_sites"] == ["tiny"]
+    # the three kept sites train and are evaluated exactly as without the tiny one
+    assert main(["run", *args[:1], str(site_dir), *args[2:], "--small-sites", "drop", "--out", str(tmp_path / "three")]) == 0
+    assert (tmp_path / "three" / "metrics.csv").read_bytes() == (tmp_path / "dropped" / "metrics.csv").read_bytes()
+
+
+def test_flower_simulate_refuses_a_shared_test_split_over_site_files(sites, tmp_path, capsys):
+    """Issue #40 item 6(b): a 'balanced' split draws one test set from all sites, which no node holds; Flower ran
+    another federation than `fedgca run` without a word. Now: one line saying to use per-site, nothing written."""
+    site_dir, schema = sites
+    args = ["--data", str(site_dir), "--schema", str(schema), "--test-split", "balanced", "--partition", "natural",
+            "--method", "gca", "--rounds", "1", "--out", str(tmp_path / "flower")]
+    assert main(["flower", "simulate", *args]) == 2
+    err = capsys.readouterr().err
+    assert "--test-split per-site" in err and len(err.strip().splitlines()) == 1

@@ -166,7 +166,7 @@ def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data
     base = RunConfig(dataset=name, **options)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix=f"fedgca-compare-{name}-"))
     summaries = grid.run_grid(base, [name], methods, list(seeds), out, source or data_dir, workers,
-                               executor=executor, address=address)
+                               executor=executor, address=address, options=options)
     comparison.write_outputs(out, summaries, methods)
     rows = []
     for m in methods:

@@ -200,8 +200,9 @@ def load_client_detector(run_dir, i: int, device="cpu") -> "AnomalyDetector":
     return AnomalyDetector.load(client_dir(run_dir, i), run_dir=Path(run_dir), device=device)
 
 
-def save_client_detectors(run_dir, fed, method) -> list[str]:
-    """One detector per client: its deployed final model, threshold on its own training rows.
+def save_client_detectors(run_dir, fed, method, round_: int | None = None) -> list[str]:
+    """One detector per client: its deployed model — the final round's, or with a validation split the selected
+    round's (``round_``, 1-based) — threshold on its own training (or validation) rows.
 
     Returns the written files relative to ``run_dir`` (for the manifest).
     """
@@ -211,7 +212,7 @@ def save_client_detectors(run_dir, fed, method) -> list[str]:
         model = clients.client_model(slot, fed.template)
         det = AnomalyDetector(model, quantile=fed.cfg.quantile, preprocessor=fed.dataset.preprocessor,
                               dataset=fed.cfg.dataset, kind=fed.dataset.kind, schema=fed.dataset.schema,
-                              meta={"client": i, "method": fed.cfg.method, "round": fed.cfg.rounds,
+                              meta={"client": i, "method": fed.cfg.method, "round": round_ or fed.cfg.rounds,
                                     "input_shape": list(fed.dataset.input_shape),
                                     "threshold_rows": "validation" if fed.cfg.threshold == "val-quantile"
                                     else "training"}, device=fed.device)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fedgca.config import RunConfig, option_name
 from fedgca.data import DataError, DataSource, FederatedDataset, Schema
-from fedgca.data.own import own_defaults
+from fedgca.data.own import MIN_TRAIN_ROWS, max_clients, own_defaults, sites_below
 from fedgca.data.partition import natural_partition
 
 log = logging.getLogger("fedgca")
@@ -54,7 +54,7 @@ def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None 
     values = {k: v for k, v in options.items() if v is not None}
     values["dataset"] = source.label
     cfg0 = RunConfig(**{"clients": 1, "k": 1, "rho": 1.0, **values, "data_digest": "-"})
-    ds = dataset or source.load(cfg0.seed)
+    ds = dataset or source.load(cfg0.seed, drop_sites_below=sites_below(values))
     n_sites = None
     if cfg0.partition == "natural":
         if ds.sites is None:
@@ -62,9 +62,9 @@ def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None 
                             "directory of per-site files")
         parts, _ = natural_partition(ds.sites, ds.site_names, cfg0.batch_size, cfg0.small_sites)
         n_sites = len(parts)
-    defaults = own_defaults(len(ds.train), n_sites, cfg0.partition)
-    defaulted = {k: v for k, v in defaults.items() if values.get(k) is None}
+    defaulted = own_defaults(len(ds.train), n_sites, cfg0.partition, given=values)
     values.update(defaulted)
+    _check_client_rows(source, ds, values)
     values["data_digest"] = ds.info.get("digest") or source.digest()
     cfg = RunConfig(**values).resolved()
     if defaulted:
@@ -74,6 +74,18 @@ def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None 
             _SAID.add(said)
             log.info("%s (from the data; set them to override)", said)
     return cfg, ds
+
+
+def _check_client_rows(source: DataSource, ds: FederatedDataset, values: dict) -> None:
+    """One line naming the file and the largest C it supports when a client would train on almost nothing."""
+    if values.get("partition", "iid") == "natural":
+        return  # sites too small for a batch: natural_partition's --small-sites rule says what to do
+    n, c, val = len(ds.train), int(values["clients"]), float(values.get("val_fraction", 0.0))
+    need = MIN_TRAIN_ROWS
+    if int(n // c * (1 - val)) < need:
+        raise DataError(f"{source.label}: {n} training normals are too few for {c} clients (each would train on "
+                        f"{int(n // c * (1 - val))} rows, fewer than {need}); the largest C it supports is "
+                        f"{max_clients(n, val, need)} (--clients)")
 
 
 def config_values(cfg: RunConfig) -> dict:

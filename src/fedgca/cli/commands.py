@@ -60,7 +60,7 @@ def register_extra(sub) -> None:
     """Sub-commands contributed by other parts of the package (compare, attack, comm, sweep, report, flower)."""
     import importlib
 
-    for module in ("fedgca.cli.experiments", "fedgca.cli.attack", "fedgca.cli.flower", "fedgca.cli.data"):
+    for module in ("fedgca.cli.experiments", "fedgca.cli.bench", "fedgca.cli.attack", "fedgca.cli.flower", "fedgca.cli.data"):
         try:
             importlib.import_module(module).register(sub)
         except ModuleNotFoundError as err:

@@ -43,11 +43,11 @@ def register(sub) -> None:
     p.add_argument("--methods", type=_csv(), default=list(DEFAULT_METHODS),
                    help=f"comma-separated, of {', '.join(methods.names())} [default: the paper's seven]")
     p.add_argument("--seeds", type=_csv(int), default=list(DEFAULT_SEEDS))
-    p.add_argument("--rounds", type=int, default=100)
+    p.add_argument("--rounds", type=int, help="R [default: the dataset's preset, 100; own data: from the data]")
     p.add_argument("--partition", choices=("iid", "dirichlet", "natural"), default="iid",
                    help="client partition (natural: one client per site of own data) [default: iid]")
     p.add_argument("--clients", type=int, help="C [default: the dataset's preset; own data: from the partition]")
-    p.add_argument("--small-sites", choices=("error", "drop", "merge"), default="error",
+    p.add_argument("--small-sites", choices=("error", "drop", "merge"),
                    help="natural partition: sites smaller than one batch [default: error]")
     p.add_argument("--out", default="results/compare")
     _add_executor_options(p)
@@ -70,14 +70,16 @@ def cmd_compare(args) -> int:
         raise ValueError("give --dataset NAME[,NAME] (built-in datasets) or --data PATH (your own data)")
     datasets = [source.label] if source is not None else [d for d in args.dataset.split(",") if d]
     data = source if source is not None else args.data_dir
-    base = RunConfig(dataset=datasets[0], rounds=args.rounds, partition=args.partition, clients=args.clients,
-                     small_sites=args.small_sites)
+    options = {k: v for k, v in {"rounds": args.rounds, "partition": args.partition, "clients": args.clients,
+                                 "small_sites": args.small_sites}.items() if v is not None}
+    base = RunConfig(dataset=datasets[0], **options)
     root = Path(args.out)
-    compare.grid(base, datasets, args.methods, args.seeds, source)  # every bad option or file fails here, first
+    compare.grid(base, datasets, args.methods, args.seeds, source, options)  # every bad option or file fails here
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, data, args.workers,
-                                 executor=args.executor, address=args.address, gpus_per_run=args.gpus_per_run)
+                                 executor=args.executor, address=args.address, gpus_per_run=args.gpus_per_run,
+                                 options=options)
     elapsed = time.perf_counter() - started
     print(comparison.render_comparison(summaries, args.methods))
     print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
@@ -85,7 +87,7 @@ def cmd_compare(args) -> int:
     print(f"tables written to {paths['md']} and {paths['csv']}; per-run figures in {paths['runs']}")
     if args.attack:
         table = comparison.render_attacks(
-            compare.attack_grid(base, datasets, args.methods, args.seeds, root, data))
+            compare.attack_grid(base, datasets, args.methods, args.seeds, root, data, options))
         print(table)
         (root / "attacks.md").write_text(table)
         print(f"attack table written to {root / 'attacks.md'}")

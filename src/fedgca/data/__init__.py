@@ -22,7 +22,8 @@ DATASETS = TABULAR + VISION
 
 
 def load_dataset(
-    name: str, data_dir: Path | str | DataSource | None = None, *, seed: int = 100, download: bool = True
+    name: str, data_dir: Path | str | DataSource | None = None, *, seed: int = 100, download: bool = True,
+    drop_sites_below: int | None = None,
 ) -> FederatedDataset:
     """Load dataset ``name``: a preset from ``<data_dir>/<name>/`` (downloading missing files if allowed),
     or own data when ``data_dir`` is a :class:`DataSource` (whose label must be ``name``).
@@ -33,7 +34,7 @@ def load_dataset(
     if isinstance(data_dir, DataSource):
         if data_dir.label != name:
             raise DataError(f"the run's dataset is {name!r} but the data source is {data_dir.label!r}")
-        return data_dir.load(seed)
+        return data_dir.load(seed, drop_sites_below=drop_sites_below)
     if name in TABULAR:
         from .presets import load_tabular
 

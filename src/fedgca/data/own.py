@@ -105,14 +105,16 @@ class DataSource:
             test = read_file(tpath, schema)
         return table, test
 
-    def load(self, seed: int = 100) -> FederatedDataset:
+    def load(self, seed: int = 100, *, drop_sites_below: int | None = None) -> FederatedDataset:
+        """``drop_sites_below``: under the per-site test split, leave out every site that cannot hold a test set
+        and this many training normals (``--small-sites drop`` with the natural partition: B)."""
         # the content digest is hashed in a thread beside the parse (hashlib releases the GIL on large blocks)
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=1) as pool:
             digest = pool.submit(self.digest)
             table, test = self.read()
-            ds = prepare(table, test, seed=seed, name=self.label)
+            ds = prepare(table, test, seed=seed, name=self.label, drop_sites_below=drop_sites_below)
             ds.info["digest"] = digest.result()
         return ds
 
@@ -233,22 +235,36 @@ def site_split(labels, schema: Schema, seed: int, site: int, where: str) -> tupl
     return np.setdiff1d(normal, held, assume_unique=True), np.sort(np.concatenate([held, anomaly]))
 
 
-def _per_site(table: RawTable, seed: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """(training rows, test rows, each test row's site code, site names) of the per-site rule."""
+def _per_site(table: RawTable, seed: int, where: str, drop_below: int | None = None) \
+        -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]]:
+    """(training rows, test rows, each test row's site code, kept site names, dropped site names) of the
+    per-site rule. ``drop_below``: a site whose split fails (no anomaly, too few normals) or leaves fewer training
+    normals than this is dropped — rows, test set and all — before its checks stop the run."""
     if table.sites is None:
         raise DataError(f"{where}: the per-site test split needs sites (the schema's \"site\" column, or a "
                         "directory of per-site files)")
     codes, names = pd.factorize(table.sites, sort=True)
-    train, test, test_sites = [], [], []
+    train, test, test_sites, kept, dropped = [], [], [], [], []
     for j, name in enumerate(names):
         rows = np.flatnonzero(codes == j)
-        tr, te = site_split(table.labels.iloc[rows].reset_index(drop=True), table.schema, seed, j,
-                            f"{where}: site {name!r}")
+        try:  # the site's draw keeps its index among all sites, so a drop never changes another site's split
+            tr, te = site_split(table.labels.iloc[rows].reset_index(drop=True), table.schema, seed, j,
+                                f"{where}: site {name!r}")
+        except DataError:
+            if drop_below is None:
+                raise
+            dropped.append(str(name))
+            continue
+        if drop_below is not None and len(tr) < drop_below:
+            dropped.append(str(name))
+            continue
         train.append(rows[tr])
         test.append(rows[te])
-        test_sites.append(np.full(len(te), j, dtype=np.int64))
-    return (np.sort(np.concatenate(train)), np.concatenate(test), np.concatenate(test_sites),
-            [str(n) for n in names])
+        test_sites.append(np.full(len(te), len(kept), dtype=np.int64))
+        kept.append(str(name))
+    if not kept:
+        raise DataError(f"{where}: no site holds a per-site test set and {drop_below} training normals")
+    return (np.sort(np.concatenate(train)), np.concatenate(test), np.concatenate(test_sites), kept, dropped)
 
 
 def _require_classes(labels, schema: Schema, normal, anomaly, where: str, need_anomalies: bool = True) -> None:
@@ -260,9 +276,10 @@ def _require_classes(labels, schema: Schema, normal, anomaly, where: str, need_a
         raise DataError(f"{where}: no anomalies for the test set (no {schema.label!r} value marks an anomaly)")
 
 
-def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, name: str = "data") \
-        -> FederatedDataset:
-    """Split, fit SPEC §4's encoding on the training normals, encode: the dataset a run trains on."""
+def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, name: str = "data",
+            drop_sites_below: int | None = None) -> FederatedDataset:
+    """Split, fit SPEC §4's encoding on the training normals, encode: the dataset a run trains on.
+    ``drop_sites_below``: see :meth:`DataSource.load` (the per-site split only)."""
     schema = table.schema
     where = ", ".join(table.files) if len(table.files) <= 3 else f"{table.files[0]} and {len(table.files) - 1} more"
     if table.labels is None:
@@ -270,7 +287,7 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
                         "(a deployment without labels is `fedgca flower` with own data)")
     pre = TabularPreprocessor(schema.corr_threshold, schema.categories)
     columns = list(schema.columns)
-    test_sites = None
+    test_sites, dropped_sites = None, []
     if test is not None:
         y = table.labels
         train_rows = np.flatnonzero(schema.is_normal(y).to_numpy())
@@ -287,7 +304,7 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         X_test = encode_columns(test.features.iloc[test_rows], columns, categories)
     else:
         if schema.test_split == "per-site":
-            train_rows, test_rows, test_sites, _ = _per_site(table, seed, where)
+            train_rows, test_rows, test_sites, _, dropped_sites = _per_site(table, seed, where, drop_sites_below)
             order = np.argsort(test_rows, kind="stable")
             test_rows, test_sites = test_rows[order], test_sites[order]
             rule = (f"per site (each site's anomalies and as many of its normals, drawn with seed {seed} and the "
@@ -328,6 +345,8 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
     }
     if imputed:
         info["imputed_training_cells"] = imputed
+    if test_sites is not None and dropped_sites:
+        info["dropped_sites"] = dropped_sites
     return FederatedDataset(
         name=name, kind="tabular", train=train, test_x=test_x, test_y=test_y, preprocessor=pre,
         feature_names=list(pre.kept_columns_), info=info, schema=schema, sites=sites, site_names=site_names,
@@ -365,18 +384,68 @@ def upload_fraction(n_train: int) -> float:
     return round(min(0.5, max(0.1, 1500 / max(n_train, 1))), 2)
 
 
-DEFAULT_CLIENTS = 10  # IID / Dirichlet without a preset: the paper's smallest federation (academic, magic)
+# Chosen by measurement on the 25 shared ADBench files (scripts/adbench_defaults_screen.py, docs/results/adbench):
+# the paper's presets are for reproducing its tables; these are for a stranger's file.
+DEFAULT_CLIENTS = 10  # IID / Dirichlet: at most the paper's smallest federation (academic, magic) ...
+MIN_CLIENT_ROWS = 100  # ... and no fewer than this many training normals per client on average, C ≥ 2
 DEFAULT_K = 10  # the paper's K* on four of its seven datasets
+DEFAULT_VAL_FRACTION = 0.2  # each client's normals held out: the selected round and the threshold come from them
+DEFAULT_ROUNDS = 20  # evaluation points for the selection; selected rounds sit across the range (the study)
+STEPS_PER_ROUND = 100  # optimizer steps per client per round: epochs per round = STEPS·B / n_i within [1, 10]
+MIN_TRAIN_ROWS = 10  # a client needs at least this many training rows (or one batch, if smaller)
+MAX_BATCH = 50  # SPEC's B, or a client's whole training shard when it holds fewer rows
 
 
-def own_defaults(n_train: int, n_sites: int | None, partition: str) -> dict[str, Any]:
-    """C, K and ρ for data without a preset: C from the partition, ρ from the size (:func:`upload_fraction`).
+def sites_below(options) -> int | None:
+    """The training normals a site needs to be kept under the per-site split: B when the options ask to drop
+    small sites (the natural partition, ``--small-sites drop``), else None (a small site is an error)."""
+    get = options.get if isinstance(options, dict) else lambda k, d=None: getattr(options, k, d)
+    if get("partition", "iid") == "natural" and get("small_sites", "error") == "drop":
+        return int(get("batch_size") or MAX_BATCH)
+    return None
 
-    The model is SPEC §3's MLP whose widths (256-64-16) the paper keeps for every input width;
-    the epochs, batch size and learning rate are SPEC §8's presets.
+
+def default_clients(n_train: int) -> int:
+    """C without a preset or sites: 10, fewer when clients would hold under MIN_CLIENT_ROWS rows, at least 2."""
+    return int(min(DEFAULT_CLIENTS, max(2, n_train // MIN_CLIENT_ROWS)))
+
+
+def max_clients(n_train: int, val_fraction: float, min_rows: int = 1) -> int:
+    """The largest C at which every IID client keeps ``min_rows`` training rows after its validation share."""
+    c = max(1, min(n_train, int(n_train * (1 - val_fraction) / max(min_rows, 1)) + 1))
+    while c > 1 and int(n_train // c * (1 - val_fraction)) < min_rows:
+        c -= 1
+    return int(c)
+
+
+def epochs_per_round(client_rows: float, batch_size: int) -> int:
+    """Local epochs per round from a client's training rows: about STEPS_PER_ROUND steps, within [1, 10] (10 =
+    SPEC's budget, the most any client gets: a 48-row client is not trained 1,000 epochs at R = 100)."""
+    return int(min(10, max(1, round(STEPS_PER_ROUND * batch_size / max(client_rows, 1)))))
+
+
+def own_defaults(n_train: int, n_sites: int | None, partition: str, given: dict | None = None) -> dict[str, Any]:
+    """Every run option data without a preset defaults from the data; ``given``: the options the user set
+    (what is derived follows them: the epochs follow --clients, the threshold --val-fraction).
+
+    C from the partition (the sites under ``natural``, else :func:`default_clients`), K, ρ from the size
+    (:func:`upload_fraction`), a validation share with the model and threshold chosen on it, R, and the
+    epochs per round and batch from a client's rows. The model is SPEC §3's MLP.
     """
-    clients = n_sites if partition == "natural" and n_sites else DEFAULT_CLIENTS
-    return {"clients": int(clients), "k": DEFAULT_K, "rho": upload_fraction(n_train)}
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    out: dict[str, Any] = {}
+    clients = given.get("clients") or (n_sites if partition == "natural" and n_sites else default_clients(n_train))
+    val = given.get("val_fraction", DEFAULT_VAL_FRACTION)
+    rows = n_train / clients * (1 - val)  # a client's training rows (the mean, under a skewed partition)
+    if partition == "natural":  # sites smaller than a batch are the --small-sites rule's to handle
+        batch = given.get("batch_size") or MAX_BATCH
+    else:
+        batch = given.get("batch_size") or int(max(1, min(MAX_BATCH, n_train // clients - int(n_train // clients * val))))
+    epochs = epochs_per_round(rows, batch)
+    out.update(clients=int(clients), k=DEFAULT_K, rho=upload_fraction(n_train), val_fraction=val,
+               threshold="val-quantile" if val > 0 else "train-quantile", rounds=DEFAULT_ROUNDS, batch_size=batch,
+               local_epochs=epochs, recon_epochs=max(1, epochs // 2), align_epochs=max(1, epochs - epochs // 2))
+    return {k: v for k, v in out.items() if k not in given}
 
 
 # --------------------------------------------------------------------------- schema inference

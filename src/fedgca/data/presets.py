@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .paths import REMOTE_FILES, DataError, ensure_files, locate, resolve_data_dir
-from .schema import CATEGORICAL, CsvLayout, Feature, Schema
+from .schema import CATEGORICAL, SPEC_CORR_THRESHOLD, CsvLayout, Feature, Schema
 
 _ACADEMIC_FEATURES = (
     "Marital status", "Application mode", "Application order", "Course",
@@ -46,6 +46,7 @@ def _schema(features, categorical=(), *, label, normal, anomaly, unused=(), sep=
     names = None if header else (*features, label)
     return Schema(features=feats, label=label, normal=tuple(normal), anomaly=tuple(anomaly), unused=tuple(unused),
                   test_split="file" if test_file else test, test_file=test_file, missing="error",
+                  corr_threshold=SPEC_CORR_THRESHOLD,
                   csv=CsvLayout(sep=sep, header=header, names=names, **csv))
 
 

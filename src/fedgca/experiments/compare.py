@@ -12,11 +12,12 @@ from fedgca.config import SEEDS, RunConfig
 
 log = logging.getLogger("fedgca")
 
-def grid(base: RunConfig, datasets, methods, seeds, source=None) -> list[RunConfig]:
+def grid(base: RunConfig, datasets, methods, seeds, source=None, options: dict | None = None) -> list[RunConfig]:
     """One canonical config per (dataset, method, seed), each method at the dataset's preset.
 
     Own data (``source``, a :class:`~fedgca.data.DataSource`): one dataset, each seed bound to it
-    (``fedgca.sources.bind``: C, K and ρ that ``base`` leaves unset come from the data).
+    (``fedgca.sources.bind``): ``options``, the options the user set, and the rest from the data
+    (without ``options``, every field of ``base`` counts as set).
     """
     from fedgca.experiments.sweep import canonical
 
@@ -25,7 +26,9 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None) -> list[RunConf
                 for d in datasets for m in methods for s in seeds]
     from fedgca.sources import bind
 
-    options = {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name != "dataset"}
+    if options is None:
+        options = {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name != "dataset"}
+    options = {k: v for k, v in options.items() if k not in ("dataset", "method", "seed")}
     bound = {}
     for s in seeds:
         bound[s], _ = bind({**options, "seed": s}, source)
@@ -33,7 +36,8 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None) -> list[RunConf
 
 
 def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1, *,
-             executor: str = "local", address: str | None = None, gpus_per_run: float = 0.0) -> list[dict]:
+             executor: str = "local", address: str | None = None, gpus_per_run: float = 0.0,
+             options: dict | None = None) -> list[dict]:
     """Run every (dataset, method, seed) not already finished in ``root``; resume unfinished ones.
 
     A comparison is a sweep: same run directories (``root/runs/<config key>``), ledger, skipping,
@@ -43,7 +47,7 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
     from fedgca.data import DataSource
     from fedgca.experiments import sweep
 
-    configs = grid(base, datasets, methods, seeds, data_dir if isinstance(data_dir, DataSource) else None)
+    configs = grid(base, datasets, methods, seeds, data_dir if isinstance(data_dir, DataSource) else None, options)
     # the table is read only when complete: start the longest runs first (the shortest makespan)
     result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, order="longest-first",
                              executor=executor, address=address, gpus_per_run=gpus_per_run)
@@ -53,7 +57,8 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
     return [json.loads((sweep.run_dir(root, c) / sweep.SUMMARY).read_text()) for c in configs]
 
 
-def attack_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None) -> list[dict]:
+def attack_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None,
+                options: dict | None = None) -> list[dict]:
     """SPEC §6 on client 0 of every attackable run of the grid (skipping runs attacked already): attack records."""
     from fedgca.attacks.run import attack_run
     from fedgca.experiments import sweep
@@ -62,7 +67,7 @@ def attack_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=
     from fedgca.data import DataSource
 
     source = data_dir if isinstance(data_dir, DataSource) else None
-    for cfg in grid(base, datasets, [m for m in methods if m in registry.names(attack=True)], seeds, source):
+    for cfg in grid(base, datasets, [m for m in methods if m in registry.names(attack=True)], seeds, source, options):
         out = sweep.run_dir(root, cfg)
         done = out / "attack.json"
         records.append(json.loads(done.read_text()) if done.exists() else attack_run(out, victim=0, data_dir=data_dir))

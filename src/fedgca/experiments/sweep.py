@@ -349,7 +349,7 @@ def _eta(result: dict, done: int, n_todo: int) -> str:
 def predicted_flops(configs: list[RunConfig], data_dir=None) -> dict[str, float] | None:
     """Each run's protocol FLOPs by key; None when a dataset cannot be read here (the ETA then counts runs)."""
     try:
-        return {c.key(): cost.run_flops(c, cost.sizes(c, data_dir)) for c in configs}
+        return {c.key(): cost.run_flops(c, cost.sizes(c, _data_arg(data_dir, c))) for c in configs}
     except Exception as err:  # noqa: BLE001 — an ETA is not worth failing a sweep for
         log.warning("no FLOP prediction for these runs (%s: %s): ETAs count runs", type(err).__name__, err)
         return None
@@ -534,10 +534,13 @@ def _stop_workers(pool, grace: float = 30.0) -> None:
         manager.join(0.2)
 
 
-def _data_arg(data_dir):
-    """What a worker is told about the data: the built-in datasets' directory, or own data's source."""
+def _data_arg(data_dir, cfg: RunConfig | None = None):
+    """What a worker is told about a run's data: the built-in datasets' directory, or own data's source (a
+    bench over many files passes a mapping of dataset name → source: each run gets its own file's)."""
     from fedgca.data import DataSource
 
+    if isinstance(data_dir, dict):
+        return data_dir[cfg.dataset]
     if data_dir is None or isinstance(data_dir, DataSource):
         return data_dir
     return str(data_dir)
@@ -551,7 +554,7 @@ def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose
             ledger.append("started", cfg.key(), executor="ray", node=res.get("node"), config=cfg.to_dict())
         _record(ledger, finished, result, cfg, root, len(todo), res)
 
-    jobs = [(cfg, cfg.to_dict(), run_dir(root, cfg), _data_arg(data_dir)) for cfg in todo]
+    jobs = [(cfg, cfg.to_dict(), run_dir(root, cfg), _data_arg(data_dir, cfg)) for cfg in todo]
     ray_executor.run_all(jobs, execute, on_result, root=root, workers=max(1, min(int(workers), len(todo))),
                          address=address, verbose=verbose, gpus_per_run=gpus_per_run)
 
@@ -560,7 +563,7 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
     if int(workers) <= 0:  # in this process, one run after another (debugging; no isolation)
         for cfg in todo:
             _record(ledger, finished, result, cfg, root, len(todo),
-                    execute(cfg.to_dict(), str(run_dir(root, cfg)), str(root), _data_arg(data_dir)))
+                    execute(cfg.to_dict(), str(run_dir(root, cfg)), str(root), _data_arg(data_dir, cfg)))
         return
 
     workers = max(1, min(int(workers), len(todo)))
@@ -582,7 +585,7 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
         pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
                                       initializer=_worker_init, initargs=(threads, verbose))
         try:
-            futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir)): c
+            futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c)): c
                        for c in batch}
             for fut in cf.as_completed(futures):
                 cfg = futures[fut]

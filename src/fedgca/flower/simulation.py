@@ -47,6 +47,10 @@ def own_data_nodes(source, out_dir) -> dict[int, dict]:
     if not path.is_dir() or source.schema is None:
         raise ValueError("a Flower simulation of own data needs a directory of per-site files and a schema "
                          "(--data DIR --schema S.json): each node reads one site's file")
+    if source.schema.test_split != "per-site":
+        raise ValueError(f"a Flower simulation over per-site files evaluates each node on its own site's rows; the "
+                         f"schema's {source.schema.test_split!r} test split draws one test set from all sites, which "
+                         "no node holds: add --test-split per-site (and `fedgca run` with it gives the same numbers)")
     schema_path = Path(out_dir) / "schema.json"
     schema_path.parent.mkdir(parents=True, exist_ok=True)
     source.schema.save(schema_path)

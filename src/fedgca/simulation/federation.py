@@ -11,6 +11,7 @@ from fedgca import devices
 from fedgca.config import RunConfig
 from fedgca.data import load_dataset
 from fedgca.data.dataset import FederatedDataset
+from fedgca.data.own import sites_below
 from fedgca.data.partition import partition_rows, split_validation
 from fedgca.models import build_model, init_model, param_count
 from fedgca.protocol import sampling
@@ -92,7 +93,7 @@ def check_memory(cfg: RunConfig, input_shape, shard_sizes, n_test: int) -> None:
 
 def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | None = None) -> Federation:
     cfg = cfg.resolved()
-    dataset = dataset or load_dataset(cfg.dataset, data_dir, seed=cfg.seed)
+    dataset = dataset or load_dataset(cfg.dataset, data_dir, seed=cfg.seed, drop_sites_below=sites_below(cfg))
     if cfg.data_digest is not None and dataset.info.get("digest") not in (None, cfg.data_digest):
         raise ValueError(f"the data given is not the data this run was made with (content digest "
                          f"{dataset.info['digest']}, the run's {cfg.data_digest})")
@@ -110,9 +111,9 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
         if cfg.method == "centralized":
             raise ValueError("the per-site test split evaluates each site's own model on its own rows; "
                              "Centralized trains one model on pooled rows: use another --test-split")
-        if cfg.partition != "natural" or cfg.small_sites != "error":
+        if cfg.partition != "natural" or cfg.small_sites == "merge":
             raise ValueError("the per-site test split evaluates each site's client on its own rows: it needs "
-                             "--partition natural (and no --small-sites drop/merge)")
+                             "--partition natural (small sites can be dropped, not merged: --small-sites drop)")
         client_tests = [(torch.as_tensor(dataset.test_x[dataset.test_sites == i], dtype=torch.float32, device=device),
                          dataset.test_y[dataset.test_sites == i]) for i in range(len(parts))]
     return Federation(

@@ -19,7 +19,7 @@ def data_record(fed) -> dict:
     the sites behind the clients, and what was defaulted for data without a preset. No paths."""
     info = fed.dataset.info
     keep = ("files", "test_set", "n_train", "n_test", "n_anomalies", "n_test_normals", "dropped_columns",
-            "schema_digest", "digest", "imputed_training_cells", "defaulted")
+            "schema_digest", "digest", "imputed_training_cells", "defaulted", "dropped_sites")
     rec = {k: info[k] for k in keep if k in info}
     if "test_rows" in info:
         rec["test_rows"] = {"file": "test_rows.csv", "count": int(len(info["test_rows"])),

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
 
+import torch
 from fedgca import methods, rundir, runrecord
 from fedgca.config import ABLATION_CLIENT, EXECUTION_ONLY, RunConfig
 from fedgca.detector import save_client_detectors
@@ -47,11 +49,13 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     rows: list[dict] = []
     comm: list[dict] = []
     start_round, wall_before = 0, 0.0
+    selected = _Selection(fed.val_shards is not None)
     if ckpt is not None:
         try:
             fed.clients.load_state_dict(ckpt["clients"])
             method.load_state_dict(ckpt["method"])
             rows, comm = list(ckpt["rows"]), list(ckpt["comm"])
+            selected.load_state_dict(ckpt.get("selected"))
             start_round, wall_before = int(ckpt["round"]) + 1, float(ckpt["wall"])
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
             raise RunFileError(f"{out / CHECKPOINT}: does not belong to this run's models "
@@ -79,12 +83,14 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
 
         record = method.run_round(r, part, evaluate)
         evaluate("round", -1)
+        selected.offer(r, rows[-1], method.deployed_clients())
         comm.append({"round": r, "bytes_up": record.bytes_up, "bytes_down": record.bytes_down,
                      "uploads": record.uploads, "participants": record.participants, **record.extra})
         wall = wall_before + time.perf_counter() - t0
         metrics.write(rows)
         rundir.save_checkpoint(out, {"clients": fed.clients.state_dict(), "method": method.state_dict(),
-                                     "rows": rows, "comm": comm, "round": r, "wall": wall})
+                                     "rows": rows, "comm": comm, "round": r, "wall": wall,
+                                     "selected": selected.state_dict()})
         bar.done_round(r, rows[-1])
     bar.close()
 
@@ -92,7 +98,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     summary = summarise(cfg, fed, method, rows, comm, wall)
     if k_note:
         summary["k_note"] = k_note
-    names = save_client_detectors(out, fed, method)
+    names = save_client_detectors(out, fed, method, selected.deploy(method.deployed_clients(), cfg.rounds))
     test_rows = fed.dataset.info.get("test_rows")
     if test_rows is not None:
         rundir.atomic_write_text(out / rundir.TEST_ROWS, "row\n" + "".join(f"{int(i)}\n" for i in test_rows))
@@ -101,6 +107,36 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     rundir.atomic_write_text(out / rundir.SUMMARY, json.dumps(summary, indent=2))
     rundir.record(out, rundir.METRICS, rundir.CLIENT_METRICS, rundir.COMM, *names, rundir.SUMMARY)
     return summary
+
+
+class _Selection:
+    """The deployed models of the round a run selects without test labels (the lowest mean validation error,
+    first on ties: ``evaluation.selection.protocol_results``' rule), kept so that the saved detectors are the
+    selected ones. Without a validation split the final round is the selected one and nothing is kept."""
+
+    def __init__(self, active: bool):
+        self.active, self.round, self.error, self.params = active, None, math.inf, None
+
+    def offer(self, r: int, row: dict, deployed) -> None:
+        if self.active and row["val_error"] < self.error:
+            self.round, self.error = r, row["val_error"]
+            self.params = {k: v.detach().clone() for k, v in deployed.params.items()}
+
+    def deploy(self, deployed, rounds: int) -> int:
+        """Load the selected round's parameters into ``deployed`` (the run is over); returns that round (1-based)."""
+        if self.params is None or self.round == rounds - 1:
+            return rounds
+        with torch.no_grad():
+            for k, v in deployed.params.items():
+                v.copy_(self.params[k])
+        return self.round + 1
+
+    def state_dict(self) -> dict:
+        return {} if self.params is None else {"round": self.round, "error": self.error, "params": self.params}
+
+    def load_state_dict(self, state) -> None:
+        if state:
+            self.round, self.error, self.params = int(state["round"]), float(state["error"]), dict(state["params"])
 
 
 def _read_checkpoint(out: Path) -> dict:

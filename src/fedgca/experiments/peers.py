@@ -1,0 +1,97 @@
+"""Centralized peers: what a user would otherwise run on pooled data — PyOD detectors fitted on the union of the
+clients' training normals of a run's split, scored on the same test rows by fedgca's metric code.
+
+``pip install 'fedgca[peers]'`` (PyOD). Each peer is one entry of :data:`PEERS`: a label and a factory of a
+PyOD detector given the seed. The split is the run's own: the same test set (``DataSource.load(seed)``), and
+the training rows of every client after its validation share (``partition_rows`` + ``split_validation``), so
+a peer sees exactly the rows the federation trained on, pooled.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+PYOD_AE_EPOCHS = 50  # PyOD's AutoEncoder with fedgca's widths (256-64-16) and SPEC's batch: 50 epochs
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    label: str
+    make: Callable[[int], object]  # seed → an unfitted PyOD detector
+    what: str  # one line: the configuration, for the report
+
+
+def _pyod_ae(seed: int):
+    from pyod.models.auto_encoder import AutoEncoder
+
+    return AutoEncoder(hidden_neuron_list=[256, 64, 16], epoch_num=PYOD_AE_EPOCHS, batch_size=50, lr=1e-3,
+                       random_state=seed, verbose=0, device="cpu")
+
+
+def _iforest(seed: int):
+    from pyod.models.iforest import IForest
+
+    return IForest(random_state=seed)
+
+
+def _ecod(seed: int):
+    from pyod.models.ecod import ECOD
+
+    return ECOD()
+
+
+PEERS: dict[str, Peer] = {p.name: p for p in (
+    Peer("pyod-ae", "PyOD AE", _pyod_ae, f"PyOD AutoEncoder, hidden 256-64-16, {PYOD_AE_EPOCHS} epochs, batch 50, "
+                                         "Adam 1e-3; PyOD's defaults otherwise (batch norm, dropout 0.2, "
+                                         "its own standardisation)"),
+    Peer("iforest", "IForest", _iforest, "PyOD IForest, 100 trees, PyOD's defaults"),
+    Peer("ecod", "ECOD", _ecod, "PyOD ECOD (parameter-free)"),
+)}
+DEFAULT_PEERS = ("pyod-ae", "iforest", "ecod")
+
+
+def require() -> None:
+    """One clear line when PyOD is missing, before any run starts."""
+    try:
+        import pyod  # noqa: F401
+    except ImportError:
+        raise ValueError("the centralized peers need PyOD: pip install 'fedgca[peers]' (or --peers none)") from None
+
+
+def check(names) -> list[str]:
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise ValueError(f"--peers: unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)} or none")
+    return list(names)
+
+
+def pooled_split(cfg, dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pooled training normals, test rows, test labels) of run config ``cfg`` on its loaded dataset."""
+    from fedgca.data.partition import partition_rows, split_validation
+
+    parts, _ = split_validation(partition_rows(cfg, dataset.train, dataset.sites, dataset.site_names),
+                                cfg.val_fraction, cfg.seed)
+    rows = np.sort(np.concatenate(parts))
+    return dataset.train[rows], dataset.test_x, dataset.test_y
+
+
+def score(name: str, x_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, seed: int) -> dict:
+    """Fit peer ``name`` on ``x_train`` and score ``x_test``: AUROC and AUPRC by fedgca's metric code."""
+    from fedgca.evaluation.metrics import auroc_rows, average_precision_rows
+
+    t0 = time.perf_counter()
+    det = PEERS[name].make(seed)
+    det.fit(np.asarray(x_train, dtype=np.float32))
+    s = np.asarray(det.decision_function(np.asarray(x_test, dtype=np.float32)), dtype=np.float64)[None, :]
+    y = np.asarray(y_test).astype(bool)
+    if not np.isfinite(s).all():
+        raise ValueError(f"{name}: non-finite scores")
+    return {"peer": name, "auroc": float(auroc_rows(s, y)[0]), "auprc": float(average_precision_rows(s, y)[0]),
+            "seconds": round(time.perf_counter() - t0, 3), "n_train": int(len(x_train)), "n_test": int(len(y))}
+
+
+__all__ = ["DEFAULT_PEERS", "PEERS", "Peer", "check", "pooled_split", "require", "score"]

@@ -1,0 +1,252 @@
+"""The bench report: files as rows, methods and peers as columns, ADBench's way of reading many files.
+
+For each partition and metric (AUROC and AUPRC at the honest selection point: the round with the lowest
+validation error, no test labels), mean ± std over seeds per file; per column the mean over the files every
+column has, the average rank (1 = best; ties share their mean rank) and, for the federated methods, win / tie /
+loss against Centralized and against Single-Client (a tie: the seed means within ``TIE_PP``); a rank diagram
+with the Nemenyi critical difference; and one line per file saying what it is. Written from a bench directory's
+files alone (``fedgca.experiments.bench``), so a report can be made while the bench still runs.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from fedgca import methods as registry
+from fedgca.tabletext import csv_text, markdown
+
+METRICS = ("auroc", "auprc")
+PROTOCOL = "selected"
+TIE_PP = 0.5  # |Δ| of the seed means, in percentage points, that counts as a tie
+# Nemenyi two-tailed q_0.05 (Demšar 2006, Table 5), by number of compared columns
+Q05 = {2: 1.960, 3: 2.343, 4: 2.569, 5: 2.728, 6: 2.850, 7: 2.949, 8: 3.031, 9: 3.102, 10: 3.164}
+
+
+def load(root) -> dict:
+    """The bench's plan, its finished runs' figures and its peers' (one record per run or peer fit)."""
+    from fedgca.experiments.bench import PEER_DIR, PLAN
+
+    root = Path(root)
+    plan = json.loads((root / PLAN).read_text())
+    records = []
+    for run in plan["runs"]:
+        summary = root / "runs" / run["key"] / "summary.json"
+        if summary.exists():
+            s = json.loads(summary.read_text())
+            records.append({"file": run["dataset"], "column": run["method"], "seed": run["seed"],
+                            "partition": run["partition"], "seconds": s.get("wall_seconds"),
+                            **{m: s[PROTOCOL][m] for m in METRICS},
+                            "selected_round": s[PROTOCOL]["round"]})
+    for f in sorted((root / PEER_DIR).glob("*/*.json")) if (root / PEER_DIR).exists() else []:
+        r = json.loads(f.read_text())
+        records.append({"file": r["dataset"], "column": r["peer"], "seed": r["seed"], "partition": r["partition"],
+                        "seconds": r.get("seconds"), **{m: r[m] for m in METRICS}})
+    return {"plan": plan, "records": records}
+
+
+def column_label(name: str) -> str:
+    from fedgca.experiments.peers import PEERS
+
+    if name in PEERS:
+        return PEERS[name].label + " (central)"
+    return registry.get(name).label
+
+
+def cell_means(records, partition: str, metric: str) -> dict[tuple[str, str], list[float]]:
+    out: dict = {}
+    for r in records:
+        if r["partition"] == partition and r.get(metric) is not None and math.isfinite(r[metric]):
+            out.setdefault((r["file"], r["column"]), []).append(100 * r[metric])
+    return out
+
+
+def ranks(values: np.ndarray) -> np.ndarray:
+    """Rank of each entry of a row, 1 = highest, ties at their mean rank."""
+    order = (-values).argsort(kind="stable")
+    r = np.empty(len(values))
+    r[order] = np.arange(1, len(values) + 1)
+    for v in np.unique(values):
+        same = values == v
+        r[same] = r[same].mean()
+    return r
+
+
+def table(data: dict, partition: str, metric: str) -> dict:
+    """One metric's table: per file and column the seed mean and std; the summary rows over complete files."""
+    plan, cells = data["plan"], cell_means(data["records"], partition, metric)
+    columns = [*plan["methods"], *plan["peers"]]
+    files = [f["name"] for f in plan["files"] if "error" not in f]
+    rows = []
+    for f in files:
+        vals = {c: cells.get((f, c)) for c in columns}
+        rows.append({"file": f, "cells": {c: (float(np.mean(v)), float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+                                              len(v)) for c, v in vals.items() if v}})
+    n_seeds = len(plan["seeds"])
+    complete = [r for r in rows if all(c in r["cells"] and r["cells"][c][2] == n_seeds for c in columns)]
+    summary = {"complete_files": [r["file"] for r in complete]}
+    if complete:
+        m = np.array([[r["cells"][c][0] for c in columns] for r in complete])
+        rk = np.array([ranks(row) for row in m])
+        summary["mean"] = dict(zip(columns, m.mean(axis=0)))
+        summary["rank"] = dict(zip(columns, rk.mean(axis=0)))
+        k, n = len(columns), len(complete)
+        summary["cd"] = Q05.get(k, float("nan")) * math.sqrt(k * (k + 1) / (6 * n)) if k >= 2 else float("nan")
+        wtl = {}
+        for ref in ("centralized", "single"):
+            if ref not in columns:
+                continue
+            j = columns.index(ref)
+            for i, c in enumerate(columns):
+                if c == ref or c not in plan["methods"]:
+                    continue
+                d = m[:, i] - m[:, j]
+                wtl[(c, ref)] = (int((d > TIE_PP).sum()), int((abs(d) <= TIE_PP).sum()), int((d < -TIE_PP).sum()))
+        summary["wtl"] = wtl
+    return {"partition": partition, "metric": metric, "columns": columns, "rows": rows, "summary": summary}
+
+
+def _fmt(cell) -> str:
+    if cell is None:
+        return "–"
+    mean, std, n = cell
+    return f"{mean:.2f} ± {std:.2f}" + ("" if n > 1 else "")
+
+
+def render_table(t: dict, n_seeds: int) -> str:
+    cols = t["columns"]
+    head = ["file", *[column_label(c) for c in cols]]
+    body = []
+    for r in t["rows"]:
+        best = max((r["cells"][c][0] for c in cols if c in r["cells"]), default=None)
+        body.append([r["file"], *[("**" + _fmt(r["cells"].get(c)) + "**") if c in r["cells"] and
+                                  r["cells"][c][0] == best else _fmt(r["cells"].get(c)) for c in cols]])
+    s = t["summary"]
+    if "mean" in s:
+        body.append([f"**mean** ({len(s['complete_files'])} files)", *[f"{s['mean'][c]:.2f}" for c in cols]])
+        body.append(["**average rank**", *[f"{s['rank'][c]:.2f}" for c in cols]])
+        for ref in ("centralized", "single"):
+            if any(k[1] == ref for k in s["wtl"]):
+                body.append([f"W/T/L vs {registry.get(ref).label}",
+                             *["/".join(map(str, s["wtl"][(c, ref)])) if (c, ref) in s["wtl"] else "" for c in cols]])
+    partial = [r["file"] for r in t["rows"] if r["file"] not in s.get("complete_files", [])]
+    text = markdown(head, body)
+    if partial:
+        text += (f"\nNot in the summary rows (a run or peer missing, or fewer than {n_seeds} seeds): "
+                 f"{', '.join(partial)}.\n")
+    return text
+
+
+def table_csv(t: dict) -> str:
+    head = ["file"]
+    for c in t["columns"]:
+        head += [f"{c}_mean", f"{c}_std", f"{c}_seeds"]
+    body = []
+    for r in t["rows"]:
+        row = [r["file"]]
+        for c in t["columns"]:
+            cell = r["cells"].get(c)
+            row += [round(cell[0], 4), round(cell[1], 4), cell[2]] if cell else ["", "", 0]
+        body.append(row)
+    return csv_text(head, body)
+
+
+def files_table(plan: dict) -> str:
+    head = ["file", "rows", "features", "anomalies", "C", "training rows / client", "B", "epochs / round", "note"]
+    body = []
+    for f in plan["files"]:
+        if "error" in f:
+            body.append([f["name"], "", "", "", "", "", "", "", "skipped: " + f["error"].replace("|", "/")])
+            continue
+        body.append([f["name"], f"{f['rows']:,}", str(f["features"]), f"{f['anomalies']:,} ({100 * f['anomaly_share']:.1f} %)",
+                     str(f["clients"]), f"{f['rows_per_client']:.0f}", str(f["batch_size"]), str(f["local_epochs"]),
+                     f"{f['dropped_columns']} column(s) dropped" if f["dropped_columns"] else ""])
+    return markdown(head, body)
+
+
+def rank_plot(path: Path, t: dict) -> Path | None:
+    """Average ranks on one axis with the Nemenyi critical difference, as ADBench and Demšar draw it."""
+    s = t["summary"]
+    if "rank" not in s:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    items = sorted(s["rank"].items(), key=lambda kv: kv[1])
+    k = len(items)
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.32 * k))
+    ax.set_xlim(k + 0.5, 0.5)  # rank 1 on the right, as in CD diagrams
+    ax.set_ylim(-1.5, k)
+    ax.get_yaxis().set_visible(False)
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    for i, (c, r) in enumerate(items):
+        ax.plot([r, r], [-0.2, k - i - 0.5], color="0.4", lw=0.8)
+        ax.plot(r, -0.2, "o", color="C0" if c in registry.REGISTRY else "C1")
+        ax.text(r, k - i - 0.4, f"{column_label(c)} ({r:.2f})", ha="center", va="bottom", fontsize=8)
+    if math.isfinite(s.get("cd", float("nan"))):
+        ax.plot([1, 1 + s["cd"]], [-1.1, -1.1], color="k", lw=2)
+        ax.text(1 + s["cd"] / 2, -1.0, f"CD = {s['cd']:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xlabel(f"average rank over {len(s['complete_files'])} files ({t['metric'].upper()}, {t['partition']}; "
+                  "1 = best)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write(root, out=None, plots: bool = True) -> dict:
+    """report.md, {metric}_{partition}.csv, files.csv/md and ranks_{metric}_{partition}.png in ``out``."""
+    from fedgca.experiments.peers import PEERS
+
+    root = Path(root)
+    out = Path(out) if out else root / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    data = load(root)
+    plan = data["plan"]
+    n_runs, done = len(plan["runs"]), sum(1 for r in data["records"] if r["column"] in plan["methods"])
+    lines = ["# Federated anomaly-detection bench", "",
+             f"Methods: {', '.join(column_label(m) for m in plan['methods'])}; centralized peers: "
+             f"{', '.join(column_label(p) for p in plan['peers']) or 'none'}; seeds {', '.join(map(str, plan['seeds']))}; "
+             f"partitions {', '.join(plan['partitions'])}. Runs finished: {done} of {n_runs}.", "",
+             f"Each cell: the metric ×100 at the **validation-selected round** (the round whose models have the lowest "
+             f"mean reconstruction error on each client's held-out normals; no test labels), mean ± std over seeds; "
+             f"bold = the best in its row. Peers are fitted on the union of the clients' training rows and scored on "
+             f"the same test rows by the same metric code. Summary rows: over the files where every column has every "
+             f"seed; W/T/L: files where the method is more than {TIE_PP} pp above / within / below the reference.", ""]
+    if plan["options"] or plan.get("corr_threshold") is not None:
+        lines += ["Options set for every run: " + ", ".join(
+            [f"{k} = {v}" for k, v in sorted(plan["options"].items())]
+            + ([f"schema corr_threshold = {plan['corr_threshold']}"] if plan.get("corr_threshold") is not None else [])),
+            ""]
+    for p in plan["peers"]:
+        lines.append(f"- {column_label(p)}: {PEERS[p].what}")
+    lines += ["", "## Files", "", files_table(plan)]
+    written = {}
+    for partition in plan["partitions"]:
+        for metric in METRICS:
+            t = table(data, partition, metric)
+            lines += [f"## {metric.upper()}, {partition}", "", render_table(t, len(plan["seeds"]))]
+            (out / f"{metric}_{partition}.csv").write_text(table_csv(t))
+            if plots and rank_plot(out / f"ranks_{metric}_{partition}.png", t):
+                lines += [f"![average ranks](ranks_{metric}_{partition}.png)", ""]
+            written[(partition, metric)] = t
+    failed = root / "peers" / "failed.json"
+    if failed.exists():
+        lines += ["## Peer fits that failed", ""] + [f"- {f['peer']} on {f['file']} ({f['partition']}, seed {f['seed']}): "
+                                                    f"{f['error']}" for f in json.loads(failed.read_text())] + [""]
+    (out / "report.md").write_text("\n".join(lines))
+    (out / "files.csv").write_text(csv_text(
+        ["file", "rows", "features", "input_dim", "anomalies", "anomaly_share", "n_train", "n_test", "clients",
+         "rows_per_client", "batch_size", "rounds", "local_epochs", "dropped_columns", "error"],
+        [[f.get(k) for k in ("name", "rows", "features", "input_dim", "anomalies", "anomaly_share", "n_train",
+                             "n_test", "clients", "rows_per_client", "batch_size", "rounds", "local_epochs",
+                             "dropped_columns", "error")] for f in plan["files"]]))
+    return {"out": out, "tables": written}
+
+
+__all__ = ["load", "table", "write"]

@@ -1,0 +1,120 @@
+"""``fedgca bench`` (issue #40): two small shared ADBench files through the real CLI — the table's shape, the
+peers' columns, a failing file reported and skipped, resume — and the own-data defaults it runs with."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedgca.cli.main import main
+
+FILES = ("42_WBC.npz", "45_wine.npz")
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory, data_dir):
+    """A bench of two shared files and two bad ones: an .npz whose y marks every row an anomaly, and a text file."""
+    root = tmp_path_factory.mktemp("bench")
+    files = root / "files"
+    files.mkdir()
+    for name in FILES:
+        (files / name).write_bytes((data_dir / "adbench" / name).read_bytes())
+    np.savez(files / "all_anomalies.npz", X=np.random.default_rng(0).normal(size=(40, 3)), y=np.ones(40, dtype=int))
+    (files / "notes.mat").write_text("not a MATLAB file")
+    out = root / "out"
+    args = ["bench", str(files), "--out", str(out), "--methods", "centralized,single,gca", "--seeds", "100,200",
+            "--peers", "iforest,ecod", "--workers", "0", "--rounds", "2", "--no-plots"]
+    assert main(args) == 0
+    return {"out": out, "args": args, "files": files}
+
+
+def _report(out):
+    return (out / "report" / "report.md").read_text()
+
+
+def test_table_has_files_as_rows_and_methods_and_peers_as_columns(bench):
+    import csv
+
+    with open(bench["out"] / "report" / "auroc_iid.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["file"] for r in rows] == ["42_WBC", "45_wine"]
+    for column in ("centralized", "single", "gca", "iforest", "ecod"):
+        assert all(r[f"{column}_seeds"] == "2" and 0 <= float(r[f"{column}_mean"]) <= 100 for r in rows), column
+    text = _report(bench["out"])
+    assert "| file | Centralized | Single-Client | GCA | IForest (central) | ECOD (central) |" in text
+    for summary in ("**mean** (2 files)", "**average rank**", "W/T/L vs Centralized", "W/T/L vs Single-Client"):
+        assert summary in text
+    # the peers scored the runs' own test rows: the same count as the runs'
+    peer = json.loads(next((bench["out"] / "peers" / "42_WBC").glob("iid-seed100-iforest.json")).read_text())
+    run = next(json.loads(p.read_text()) for p in (bench["out"] / "runs").glob("*/summary.json")
+               if json.loads(p.read_text())["dataset"] == "42_WBC" and json.loads(p.read_text())["seed"] == 100)
+    assert peer["n_test"] == run["data"]["n_test"] and peer["n_train"] == sum(run["client_sizes"])
+
+
+def test_a_failing_file_is_one_line_and_the_rest_goes_on(bench):
+    text = _report(bench["out"])
+    lines = [line for line in text.splitlines() if "skipped:" in line]
+    assert len(lines) == 2
+    assert any("all_anomalies" in line and "no normal rows" in line for line in lines)
+    assert any("notes" in line and "notes.mat" in line for line in lines)
+
+
+def test_rerunning_resumes_and_runs_nothing_again(bench, capsys):
+    before = {p: p.stat().st_mtime_ns for p in (bench["out"] / "runs").glob("*/summary.json")}
+    assert len(before) == 2 * 3 * 2
+    assert main(bench["args"]) == 0
+    assert "0 run(s) finished now, 12 before" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_dry_run_says_what_each_file_gets(bench, capsys):
+    assert main([*bench["args"][:-1], "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "42_WBC: 223 rows × 9 features, 4.5 % anomalies; C = 2" in out
+    assert "skipped notes.mat" in out
+
+
+def test_a_file_too_small_for_its_clients_names_the_largest_c(data_dir, tmp_path, capsys):
+    path = tmp_path / "15_Hepatitis.npz"
+    path.write_bytes((data_dir / "adbench" / "15_Hepatitis.npz").read_bytes())
+    assert main(["run", "--data", str(path), "--clients", "10", "--rounds", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("the largest C it supports is 4 (--clients)") and "15_Hepatitis" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def test_own_data_defaults_follow_the_data():
+    from fedgca.data.own import default_clients, epochs_per_round, max_clients, own_defaults
+
+    assert [default_clients(n) for n in (54, 1230, 31908)] == [2, 10, 10] and default_clients(595) == 5
+    assert epochs_per_round(21, 21) == 10 and epochs_per_round(2552, 50) == 2 and epochs_per_round(40000, 50) == 1
+    d = own_defaults(31908, None, "iid")
+    assert d["clients"] == 10 and d["val_fraction"] == 0.2 and d["threshold"] == "val-quantile"
+    assert d["local_epochs"] == 2 and (d["recon_epochs"], d["align_epochs"]) == (1, 1) and d["batch_size"] == 50
+    # what the user sets is kept, and what follows from it follows: a smaller C gives fewer epochs per round
+    d = own_defaults(31908, None, "iid", given={"clients": 2, "val_fraction": 0.0})
+    assert "clients" not in d and d["threshold"] == "train-quantile" and d["local_epochs"] == 1
+    assert own_defaults(54, None, "iid")["batch_size"] == 22  # a 27-row client: 22 training rows, one batch
+    for n, v in ((54, 0.2), (1000, 0.2), (7, 0.0)):
+        c = max_clients(n, v, 10)
+        assert int(n // c * (1 - v)) >= 10 or c == 1
+        assert int(n // (c + 1) * (1 - v)) < 10
+
+
+@pytest.mark.parametrize("name", ["6_cardio.npz", "20_letter.npz"])
+def test_predict_flags_the_promised_share_of_held_out_normals(name, data_dir):
+    """With the defaults (a validation share, the selected round's model, τ from validation scores), each client's
+    detector flags about 1 − quantile of the test set's normals, rows no client trained on."""
+    import fedgca
+
+    with np.load(data_dir / "adbench" / name) as f:
+        X, y = f["X"], f["y"]
+    r = fedgca.run(fedgca.load_data((X, y)), method="gca", seed=100)
+    rows = np.loadtxt(r.out / "test_rows.csv", skiprows=1, dtype=int)
+    normals = X[rows][y[rows] == 0]
+    flagged = [float(det.predict(det.transform(normals)).mean()) for det in r.detectors]
+    promised = 1 - r.config.quantile
+    assert abs(np.mean(flagged) - promised) <= 0.10, flagged
+    assert r.detectors[0].meta["round"] == r.summary["selected"]["round"]
+    assert set(r.summary["data"]["defaulted"]) >= {"clients", "val_fraction", "threshold", "rounds", "local_epochs"}
