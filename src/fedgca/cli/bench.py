@@ -38,7 +38,7 @@ def register(sub) -> None:
                                    "command resumes it), then the centralized peers on the same splits, then the "
                                    "report: AUROC and AUPRC at the validation-selected round, files × methods, "
                                    "mean, average rank, W/T/L against Centralized and Single-Client.")
-    p.add_argument("paths", nargs="+", help="ADBench .npz / ODDS .mat files, or directories of them")
+    p.add_argument("paths", nargs="*", help="ADBench .npz / ODDS .mat files, or directories of them")
     p.add_argument("--out", default="results/bench", help="bench directory [default: results/bench]")
     p.add_argument("--methods", type=_csv(), default=list(DEFAULT_METHODS),
                    help=f"comma-separated, of {', '.join(methods.names())} [default: {','.join(DEFAULT_METHODS)}]")
@@ -73,6 +73,8 @@ def cmd_bench(args) -> int:
         res = report.write(root, plots=not args.no_plots)
         print(f"report written to {res['out'] / 'report.md'}")
         return 0
+    if not args.paths:
+        raise ValueError("give the files to benchmark (ADBench .npz / ODDS .mat files, or directories of them)")
     if peer_names and not args.dry_run:
         peers.require()
     started = time.perf_counter()

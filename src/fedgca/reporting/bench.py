@@ -39,12 +39,35 @@ def load(root) -> dict:
             records.append({"file": run["dataset"], "column": run["method"], "seed": run["seed"],
                             "partition": run["partition"], "seconds": s.get("wall_seconds"),
                             **{m: s[PROTOCOL][m] for m in METRICS},
-                            "selected_round": s[PROTOCOL]["round"]})
+                            "selected_round": s[PROTOCOL]["round"], "first_auroc": _first_round_auroc(summary.parent),
+                            "key": run["key"], "code": (s.get("code") or {}).get("git")})
     for f in sorted((root / PEER_DIR).glob("*/*.json")) if (root / PEER_DIR).exists() else []:
         r = json.loads(f.read_text())
         records.append({"file": r["dataset"], "column": r["peer"], "seed": r["seed"], "partition": r["partition"],
                         "seconds": r.get("seconds"), **{m: r[m] for m in METRICS}})
     return {"plan": plan, "records": records}
+
+
+def _first_round_auroc(run: Path) -> float | None:
+    """The AUROC after round 1 (metrics.csv's first row of phase "round"): what training is measured against."""
+    import csv
+
+    with open(run / "metrics.csv") as f:
+        for row in csv.DictReader(f):
+            if row["phase"] == "round":
+                return float(row["auroc"])
+    return None
+
+
+def selection_check(records, methods) -> list[list[str]]:
+    """Per method: runs whose selected AUROC is below round 1's by more than TIE_PP, and the mean difference."""
+    body = []
+    for m in methods:
+        d = np.array([100 * (r["auroc"] - r["first_auroc"]) for r in records
+                      if r["column"] == m and r.get("first_auroc") is not None])
+        if len(d):
+            body.append([column_label(m), str(len(d)), f"{(d < -TIE_PP).sum()}", f"{d.mean():+.2f}"])
+    return body
 
 
 def column_label(name: str) -> str:
@@ -235,11 +258,20 @@ def write(root, out=None, plots: bool = True) -> dict:
             if plots and rank_plot(out / f"ranks_{metric}_{partition}.png", t):
                 lines += [f"![average ranks](ranks_{metric}_{partition}.png)", ""]
             written[(partition, metric)] = t
+    check = selection_check(data["records"], plan["methods"])
+    if check:
+        lines += ["## Does training pay? Selected round vs round 1", "",
+                  "Runs (files × seeds × partitions) whose AUROC at the selected round is more than "
+                  f"{TIE_PP} pp below their AUROC after round 1, and the mean difference (selected − round 1):", "",
+                  markdown(["method", "runs", f"selected < round 1 − {TIE_PP} pp", "mean Δ (pp)"], check)]
     failed = root / "peers" / "failed.json"
     if failed.exists():
         lines += ["## Peer fits that failed", ""] + [f"- {f['peer']} on {f['file']} ({f['partition']}, seed {f['seed']}): "
                                                     f"{f['error']}" for f in json.loads(failed.read_text())] + [""]
     (out / "report.md").write_text("\n".join(lines))
+    fields = ["file", "column", "partition", "seed", "auroc", "auprc", "first_auroc", "selected_round", "seconds",
+              "key", "code"]  # one row per run or peer fit (bench_runs.csv: not a paper report's runs.csv)
+    (out / "bench_runs.csv").write_text(csv_text(fields, [[r.get(f) for f in fields] for r in data["records"]]))
     (out / "files.csv").write_text(csv_text(
         ["file", "rows", "features", "input_dim", "anomalies", "anomaly_share", "n_train", "n_test", "clients",
          "rows_per_client", "batch_size", "rounds", "local_epochs", "dropped_columns", "error"],
