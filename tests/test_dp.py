@@ -141,6 +141,7 @@ def test_dpgca_run_uploads_only_noised_codes_and_reports_epsilon(tmp_path, data_
     scheds = privacy.schedules(cfg.resolved(), s["client_sizes"])
     assert s["dp"]["epsilon"] == max(dp.client_epsilons(scheds, dp.RecordDP(1.0, 2.0, 1.0, 3.0), 1e-5))
     assert s["dp"]["epsilon_codes_only"] < s["dp"]["epsilon"] and np.isfinite(s["dp"]["epsilon"])
+    assert "preprocessing" in s["dp"]["not_covered"]  # what ε does not cover is named (issue #43 item 3)
     run(cfg, tmp_path / "b", data_dir=data_dir, progress=False)  # deterministic
     assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
     plain = run(dataclasses.replace(cfg, method="gca"), tmp_path / "c", data_dir=data_dir, progress=False)

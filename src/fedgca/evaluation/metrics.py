@@ -6,7 +6,6 @@ import torch
 from torch import Tensor
 
 from fedgca.devices import to_numpy
-
 from fedgca.protocol.losses import reconstruction_per_row
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import StackedModels

@@ -199,11 +199,12 @@ def _peer_job(source: dict, cfg: dict, peer: str, out: str) -> dict:
 
 def run_peers(p: BenchPlan, root: Path, workers: int) -> dict:
     """Every peer job without its result file; a failing one is logged and recorded, the rest go on."""
-    from fedgca.experiments.sweep import _stop_workers, _worker_init
+    from fedgca.experiments.sweep import _stop_workers, _worker_init, bare_main
 
     todo = [(name, part, seed, peer, cfg) for name, part, seed, peer, cfg in p.peer_jobs
             if not peer_path(root, name, part, seed, peer).exists()]
     done, failed = len(p.peer_jobs) - len(todo), []
+    (Path(root) / PEER_DIR / "failed.json").unlink(missing_ok=True)  # this invocation retries and records anew
     if not todo:
         return {"done": done, "failed": failed}
     log.info("bench %s: %d peer fit(s) to run", root, len(todo))
@@ -221,13 +222,14 @@ def run_peers(p: BenchPlan, root: Path, workers: int) -> dict:
                                       mp_context=multiprocessing.get_context("spawn"),
                                       initializer=_worker_init, initargs=(1, False))
         try:
-            futures = [pool.submit(_peer_job, *a) for a in args]
-            outcomes = []
-            for f in futures:
-                try:
-                    outcomes.append(f.result())
-                except Exception as err:  # noqa: BLE001
-                    outcomes.append(err)
+            with bare_main():
+                futures = [pool.submit(_peer_job, *a) for a in args]
+                outcomes = []
+                for f in futures:
+                    try:
+                        outcomes.append(f.result())
+                    except Exception as err:  # noqa: BLE001
+                        outcomes.append(err)
         finally:
             _stop_workers(pool)
     for job, res in zip(todo, outcomes):

@@ -33,6 +33,7 @@ write the same run), and a ``finished`` event is written exactly once per key
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -534,6 +535,29 @@ def _stop_workers(pool, grace: float = 30.0) -> None:
         manager.join(0.2)
 
 
+@contextlib.contextmanager
+def bare_main():
+    """Worker processes that never re-run the caller's script.
+
+    A spawned worker imports the parent's ``__main__`` file first (multiprocessing's "spawn" does, to find
+    functions defined there); from a plain script without an ``if __name__ == "__main__":`` guard that re-runs
+    the script's own ``fedgca.compare`` call in every worker, which dies. Every function a worker runs lives in
+    fedgca, so while our pools start workers the parent shows them a bare ``__main__`` with no file to import.
+    """
+    import sys
+    import types
+
+    main = sys.modules.get("__main__")
+    if main is None or not getattr(main, "__file__", None):  # an interactive session or a notebook: nothing to hide
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 def _data_arg(data_dir, cfg: RunConfig | None = None):
     """What a worker is told about a run's data: the built-in datasets' directory, or own data's source (a
     bench over many files passes a mapping of dataset name → source: each run gets its own file's)."""
@@ -584,6 +608,8 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
         broken: list[RunConfig] = []
         pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
                                       initializer=_worker_init, initargs=(threads, verbose))
+        guard = bare_main()  # held while the pool starts (and replaces) workers
+        guard.__enter__()
         try:
             futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c)): c
                        for c in batch}
@@ -600,6 +626,7 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
             # still importing torch here. `shutdown(wait=True)` waited seconds for them, and a SIGTERM during
             # that wait left them orphaned (each printed a SemLock traceback); stopping them now does neither.
             _stop_workers(pool)
+            guard.__exit__(None, None, None)
         started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
         if broken and not started:  # the pool broke before any run started: do not loop forever
             started = {c.key() for c in broken}

@@ -187,7 +187,12 @@ def accounting_record(schedules: list[ClientSchedule], dp: RecordDP, delta: floa
         "grad_clip": dp.grad_clip, "grad_sigma": dp.grad_sigma, "epsilon_sgd_only": max(sgd_only),
         "accountant": "RDP (dp-accounting), record-level, replace-one adjacency (N_i public)",
         "label": "a formal (ε, δ) guarantee for every training record of every client, covering all a client "
-                 "releases during training (docs/DP.md)",
+                 "releases during training rounds (docs/DP.md)",
+        # The shared encoding (standardisation, imputation means) is fitted on the clients' training normals
+        # before round 1 without noise; a deployment releases those statistics (a Flower server pools them), so
+        # ε does not cover them, and the record says so rather than claiming everything (issue #43 item 3).
+        "not_covered": "the preprocessing: each client's column statistics (means, scatter) that fit the shared "
+                       "encoding before training are released without noise and are not in ε",
     }
     if any(s.upload_rows for s in schedules):
         codes_only = client_epsilons([ClientSchedule(s.rows, s.batch_size, 0, s.upload_rows, s.rounds)

@@ -135,7 +135,7 @@ def _fmt(cell) -> str:
     if cell is None:
         return "–"
     mean, std, n = cell
-    return f"{mean:.2f} ± {std:.2f}" + ("" if n > 1 else "")
+    return f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f}"  # one seed: no spread to show
 
 
 def render_table(t: dict, n_seeds: int) -> str:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from fedgca import methods, rundir, runrecord
 from fedgca.config import ABLATION_CLIENT, EXECUTION_ONLY, RunConfig
 from fedgca.detector import save_client_detectors
