@@ -91,7 +91,8 @@ def test_own_data_defaults_follow_the_data():
     assert epochs_per_round(21, 21) == 10 and epochs_per_round(2552, 50) == 2 and epochs_per_round(40000, 50) == 1
     d = own_defaults(31908, None, "iid")
     assert d["clients"] == 10 and d["val_fraction"] == 0.2 and d["threshold"] == "val-quantile"
-    assert d["local_epochs"] == 2 and (d["recon_epochs"], d["align_epochs"]) == (1, 1) and d["batch_size"] == 50
+    assert d["local_epochs"] == 2 and (d["recon_epochs"], d["align_epochs"]) == (2, 1) and d["batch_size"] == 50
+    assert d["eval_recon_epochs"] is False  # per-round evaluation: the selection is per round
     # what the user sets is kept, and what follows from it follows: a smaller C gives fewer epochs per round
     d = own_defaults(31908, None, "iid", given={"clients": 2, "val_fraction": 0.0})
     assert "clients" not in d and d["threshold"] == "train-quantile" and d["local_epochs"] == 1

@@ -284,7 +284,7 @@ def test_own_data_preprocessing_equals_pooled_fit(tmp_path, data_dir):
         stats.append(owndata.local_stats(owndata.encode(X.iloc[tr], schema)))
         assert set(stats[-1]) == {"n", "mean", "m2"}  # all a node shares
     fed = owndata.fit_from_stats(schema, stats)
-    pooled = TabularPreprocessor().fit(pd.concat(frames).reset_index(drop=True))
+    pooled = TabularPreprocessor(schema.corr_threshold).fit(pd.concat(frames).reset_index(drop=True))
     assert fed.kept_columns_ == pooled.kept_columns_ and fed.dropped_columns_ == pooled.dropped_columns_
     np.testing.assert_allclose(fed.mean_, pooled.mean_, rtol=1e-10)
     np.testing.assert_allclose(fed.std_, pooled.std_, rtol=1e-10)

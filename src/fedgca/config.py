@@ -83,6 +83,8 @@ class RunConfig:
     val_fraction: float = _opt(0.0, "validation split ∈ [0, 1) of each client's normals (honest 'selected' round)")
     threshold: str = _opt("train-quantile", "where τ's quantile is taken: each client's training rows (the paper) "
                           "or its validation rows (needs --val-fraction > 0)", choices=THRESHOLDS)
+    eval_recon_epochs: bool = _opt(True, "GCA: evaluate after every reconstruction epoch (the paper's evaluation "
+                                   "points, for its peak statistic); off: once per round, as the baselines")
     eval_align_epochs: bool = _opt(False, "also evaluate after each alignment epoch (diagnostic)")
     eval_align_clients: str = _opt("all", "with --eval-align-epochs: evaluate every client after each alignment "
                                    f"epoch, or only client {ABLATION_CLIENT}, the weighting ablation's fixed client "
@@ -169,6 +171,7 @@ class RunConfig:
                              "method: it needs two sites or more (--method single or centralized train one site)")
         devices.check(self.device)
         _check(self, "eval_align_epochs", bool, lambda v: True, "")
+        _check(self, "eval_recon_epochs", bool, lambda v: True, "")
         _check(self, "eval_local_epochs", bool, lambda v: True, "")
         if self.eval_local_epochs and methods.get(self.method).family != "parameter-sharing":
             raise ValueError(f"--eval-local-epochs evaluates the local models of a parameter-sharing method "
@@ -231,7 +234,7 @@ class RunConfig:
 ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile",
                "dp_grad_clip": 1.0, "dp_grad_sigma": 1.0, "dp_code_clip": 1.0, "dp_code_sigma": 1.0,
                "target_epsilon": None, "gmm_warm_start": False, "eval_align_clients": "all",
-               "small_sites": "error", "data_digest": None, "eval_local_epochs": False}
+               "small_sites": "error", "data_digest": None, "eval_local_epochs": False, "eval_recon_epochs": True}
 
 
 # Fields that say where a run computes, not what: kept out of its key.

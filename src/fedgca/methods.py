@@ -16,7 +16,7 @@ from dataclasses import dataclass
 COMMON = frozenset({"dataset", "method", "seed", "rounds", "clients", "participation", "batch_size", "lr",
                     "lr_step", "lr_gamma", "partition", "alpha", "quantile", "val_fraction", "threshold"})
 _GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
-                  "eval_align_epochs", "eval_align_clients", "gmm_warm_start"})
+                  "eval_align_epochs", "eval_align_clients", "gmm_warm_start", "eval_recon_epochs"})
 _LOCAL = frozenset({"local_epochs"})
 _SHARING = _LOCAL | {"baseline_eval", "optimizer_state", "eval_local_epochs"}  # protocol variants, a diagnostic
 _RECORD_DP = frozenset({"dp_grad_clip", "dp_grad_sigma", "target_epsilon", "dp_delta"})
@@ -67,6 +67,8 @@ def paper_phase(cfg) -> str:
     spec = get(cfg.method)
     if spec.family == "parameter-sharing" and cfg.baseline_eval == "local":
         return "local"
+    if spec.family == "gca" and not cfg.eval_recon_epochs:  # no evaluation after reconstruction epochs: per round
+        return "round"
     return spec.paper_phase
 
 

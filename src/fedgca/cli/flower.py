@@ -64,13 +64,10 @@ def _flower_options(p) -> None:
 
     p.add_argument("--reply-timeout", type=float, default=FLOWER_DEFAULTS["reply-timeout"],
                    help="seconds a phase waits for replies; a silent node is dropped from the round")
-    p.add_argument("--no-eval-recon-epochs", action="store_true",
-                   help="GCA: evaluate once per round only (not after every reconstruction epoch)")
 
 
 def _options(args, out) -> dict:
-    return {"out_dir": str(Path(out).resolve()), "reply_timeout": args.reply_timeout,
-            "eval_recon_epochs": not args.no_eval_recon_epochs}
+    return {"out_dir": str(Path(out).resolve()), "reply_timeout": args.reply_timeout}
 
 
 def _out(args, cfg, kind: str) -> Path:

@@ -26,8 +26,9 @@ def add_run_options(p: argparse.ArgumentParser, *, in_process: bool = False) -> 
     for f in dataclasses.fields(RunConfig):
         meta, kind = f.metadata, _type_of(f)
         flag = option_name(f.name)
-        if kind is bool:
-            p.add_argument(flag, action="store_true", default=None, help=meta["help"])
+        if kind is bool:  # a flag; one whose default is on also has --no-... to turn it off
+            action = argparse.BooleanOptionalAction if f.default is True else "store_true"
+            p.add_argument(flag, action=action, default=None, help=meta["help"])
             continue
         if f.name == "dataset" or meta.get("derived"):
             continue  # --dataset comes with the data options below; derived fields are set from --data

@@ -225,7 +225,7 @@ def _gca_config(cfg, node):
 def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
     """GCA Phase 1 (T_recon epochs) and the upload of ⌊ρ·N_i⌋ fresh codes — the reply holds nothing else."""
     r, gcfg, ids = _round(msg), _gca_config(cfg, node), [node.client_id]
-    eval_epochs = bool(msg.content[CONFIG].get("eval-recon-epochs", True))
+    eval_epochs = bool(msg.content[CONFIG].get("eval_recon_epochs", True))
     clients, shards, part = _clients(context, cfg, node), _shards(node, cfg), ONE
     recon = []
     for e in range(gcfg.recon_epochs):

@@ -19,7 +19,6 @@ FLOWER_DEFAULTS: dict[str, object] = {
     "min-nodes": 0,  # nodes to wait for before round 1 (0 → the run's `clients`)
     "wait-timeout": 300.0,  # seconds to wait for them
     "reply-timeout": 3600.0,  # seconds a phase waits for replies; a node silent for longer is dropped
-    "eval-recon-epochs": True,  # paper protocol: GCA clients also evaluate after every reconstruction epoch
 }
 
 
@@ -70,7 +69,7 @@ def parse_run_config(values: dict) -> tuple[RunConfig, FlowerOptions]:
         min_nodes=int(opts["min-nodes"]) or int(cfg.clients),
         wait_timeout=float(opts["wait-timeout"]),
         reply_timeout=float(opts["reply-timeout"]),
-        eval_recon_epochs=_as_bool(opts["eval-recon-epochs"]),
+        eval_recon_epochs=cfg.eval_recon_epochs,  # a RunConfig option (one rule for both drivers)
     )
     if not math.isfinite(options.reply_timeout) or options.reply_timeout <= 0:
         raise ValueError("reply-timeout must be a positive number of seconds")
@@ -93,6 +92,9 @@ def to_run_config(cfg: RunConfig, **flower) -> dict:
     out = {_dashed(k): "" if v is None else v for k, v in cfg.resolved().to_dict().items()}
     for k, v in flower.items():
         key = _dashed(k)
+        if key in out and key not in FLOWER_DEFAULTS:  # a run option given here (eval_recon_epochs=False)
+            out[key] = v
+            continue
         if key not in FLOWER_DEFAULTS:
             raise ValueError(f"unknown Flower option {key!r}")
         out[key] = v

@@ -49,7 +49,7 @@ def run_gca(server: FlowerServer) -> None:
     for r in range(cfg.rounds):
         t0 = time.perf_counter()
         part = server.participants(r)
-        cfgrec = config_record(cfg, round=r, **{"eval-recon-epochs": server.opts.eval_recon_epochs})
+        cfgrec = config_record(cfg, round=r)  # carries eval_recon_epochs, a RunConfig option
         replies, failures = server.exchange("train", r, [server.message_to(c.node_id, "train", r, **{CONFIG: cfgrec})
                                                          for c in part])
         accepted: dict[int, np.ndarray] = {}

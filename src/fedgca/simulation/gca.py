@@ -24,7 +24,8 @@ class GCASimulation(SimMethod):
         ids = range(fed.num_clients)
         for e in range(cfg.recon_epochs):
             gca_training.reconstruction_epoch(fed.clients, fed.shards, seeding.client_rngs(seed, "recon", (r, e), ids), cfg, part)
-            evaluate("recon", e)
+            if fed.cfg.eval_recon_epochs:
+                evaluate("recon", e)
 
         uploads = gca_training.encode_uploads(fed.clients, fed.shards, seeding.client_rngs(seed, "upload", (r,), ids), cfg.rho, part,
                                                  cfg.dp)
