@@ -62,9 +62,16 @@ def paper_protocol() -> list[str]:
     from fedgca.config import RunConfig, option_name
     from fedgca.data.own import own_defaults
 
-    fields = RunConfig.__dataclass_fields__
-    return [x for k in own_defaults(1000, None, "iid") if k not in ("clients", "k", "rho", "rounds")
-            for x in (option_name(k), str(fields[k].default))]
+    fields, out = RunConfig.__dataclass_fields__, []
+    for k in own_defaults(1000, None, "iid"):
+        if k in ("clients", "k", "rho", "rounds"):
+            continue
+        default = fields[k].default
+        if isinstance(default, bool):  # a flag: --name / --no-name
+            out.append(option_name(k) if default else "--no-" + option_name(k)[2:])
+        else:
+            out += [option_name(k), str(default)]
+    return out
 
 
 @pytest.mark.parametrize("name", FOUR)
@@ -305,7 +312,7 @@ def test_python_api_on_a_dataframe(data_dir, tmp_path):
                    out=tmp_path / "r")
     assert r.summary["clients"] == 12 and r.summary["data"]["defaulted"] == {
         "clients": 12, "k": 10, "rho": 0.1, "val_fraction": 0.2, "threshold": "val-quantile", "batch_size": 50,
-        "local_epochs": 2}  # natural partition: B = SPEC's 50; about 100 steps a round of a site's rows: 2 epochs
+        "local_epochs": 2, "eval_recon_epochs": False}  # natural partition: B = SPEC's 50; ~100 steps a round: 2 epochs
     assert r.summary["data"]["client_sites"][3] == "housemaid"
     assert list(r.metrics["phase"])[-1] == "round"
     rows = df.drop(columns=["y"]).iloc[:20]
