@@ -27,3 +27,22 @@ def data_dir() -> Path:
             pytest.fail(f"dataset directory {path} not found (set FEDGCA_DATA_DIR)")
         pytest.skip(f"dataset directory {path} not found (set FEDGCA_DATA_DIR)")
     return path
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head node without CPUs (the driver's) and two worker nodes of one CPU each, all on 127.0.0.1 (module
+    scope: each Ray test module, test_ray.py and test_ray_faults.py, starts its own, so xdist runs them apart)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from fedgca.ray_local import LOOPBACK, pin_loopback
+
+    pin_loopback()
+    node = {"node_ip_address": LOOPBACK, "include_dashboard": False, "object_store_memory": 80 * 2**20}
+    c = Cluster(initialize_head=True, head_node_args={**node, "num_cpus": 0})
+    workers = [c.add_node(**node, num_cpus=1) for _ in range(2)]
+    ray.init(address=c.address, log_to_driver=False)
+    yield c, workers, node
+    ray.shutdown()
+    c.shutdown()
