@@ -166,7 +166,7 @@ def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data
     base = RunConfig(dataset=name, **options)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix=f"fedgca-compare-{name}-"))
     # one worker: in this process (no process to start); more: worker processes that never re-run the caller's
-    # script (sweep.bare_main), so a plain script, `python -` and a notebook all work without a __main__ guard
+    # script (experiments.pool.bare_main), so a plain script, `python -` and a notebook all work without a __main__ guard
     workers = 0 if executor == "local" and workers == 1 else workers
     summaries = grid.run_grid(base, [name], methods, list(seeds), out, source or data_dir, workers,
                                executor=executor, address=address, options=options)
