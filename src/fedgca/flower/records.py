@@ -78,13 +78,9 @@ def array_record(arrays: dict[str, np.ndarray | torch.Tensor]) -> ArrayRecord:
     return out
 
 
-def array_values(arr: Array) -> np.ndarray:
-    """A Flower ``Array``'s values (the one place a message's arrays become NumPy; tensors use devices.to_numpy)."""
-    return arr.numpy()
-
-
 def numpy_dict(record: ArrayRecord) -> dict[str, np.ndarray]:
-    return {k: array_values(v) for k, v in record.items()}
+    """A message's arrays as NumPy, by name: Flower's own decoding (never unpickles); tensors use devices.to_numpy."""
+    return dict(zip(record.keys(), record.to_numpy_ndarrays()))
 
 
 def model_state(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -105,8 +101,8 @@ def stacked_state_record(state: dict) -> ArrayRecord:
 
 def stacked_state_from_record(record: ArrayRecord) -> dict:
     params, optim = {}, {"step": {}, "m": {}, "v": {}}
-    for key, arr in record.items():
-        t = torch.as_tensor(np.array(array_values(arr), copy=True), device="cpu")  # copied onto the node's device on load
+    for key, arr in numpy_dict(record).items():
+        t = torch.as_tensor(np.array(arr, copy=True), device="cpu")  # copied onto the node's device on load
         if key == "optim.epochs":
             optim["epochs"] = t
         elif key.startswith("params/"):

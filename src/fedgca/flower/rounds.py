@@ -24,7 +24,6 @@ from fedgca.flower.records import (
     CONFIG,
     METRICS,
     array_record,
-    array_values,
     config_record,
     model_state,
     numpy_dict,
@@ -149,20 +148,19 @@ def run_baseline(server: FlowerServer) -> dict:
         msgs = [server.message_to(c.node_id, "train", r, **{ARRAYS: arrays, CONFIG: cfgrec}) for c in part]
         bytes_down = sum(payload_bytes(msg.content) for msg in msgs)
         replies, failures = server.exchange("train", r, msgs)
-        valid, rejected = [], {}
+        valid, decoded, rejected = [], [], {}
         for c in part:
             if c.node_id not in replies:
                 continue
             try:
-                check_params(replies[c.node_id].content, arrays, c.num_examples)
+                decoded.append(check_params(replies[c.node_id].content, arrays, c.num_examples))
                 valid.append(replies[c.node_id])
             except UploadError as e:
                 rejected[c.client_id] = str(e)
                 server.reject("train", r, c, str(e))
         if valid:
             global_params = model_state(numpy_dict(arrays))
-            stacked = {k: torch.stack([torch.as_tensor(array_values(v.content[ARRAYS][k]), device="cpu") for v in valid])
-                       for k in global_params}
+            stacked = {k: torch.stack([torch.as_tensor(d[k], device="cpu") for d in decoded]) for k in global_params}
             sizes = [int(v.content[METRICS]["num-examples"]) for v in valid]
             tau = torch.tensor([float(v.content[METRICS]["local-steps"]) for v in valid], dtype=torch.float64,
                                device="cpu")  # the server aggregates on the CPU
