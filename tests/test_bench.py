@@ -97,10 +97,15 @@ def test_own_data_defaults_follow_the_data():
     d = own_defaults(31908, None, "iid", given={"clients": 2, "val_fraction": 0.0})
     assert "clients" not in d and d["threshold"] == "train-quantile" and d["local_epochs"] == 1
     assert own_defaults(54, None, "iid")["batch_size"] == 22  # a 27-row client: 22 training rows, one batch
+    from fedgca.data.partition import iid_partition, split_validation
+
+    def smallest(n, c, v):  # the real IID partition and validation split, brute force
+        return min(len(t) for t in split_validation(iid_partition(n, c, 1), v, 1)[0])
+
     for n, v in ((54, 0.2), (1000, 0.2), (7, 0.0)):
         c = max_clients(n, v, 10)
-        assert int(n // c * (1 - v)) >= 10 or c == 1
-        assert int(n // (c + 1) * (1 - v)) < 10
+        assert smallest(n, c, v) >= 10 or c == 1
+        assert smallest(n, c + 1, v) < 10
 
 
 @pytest.mark.parametrize("name", ["6_cardio.npz", "20_letter.npz"])

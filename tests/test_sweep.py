@@ -134,7 +134,9 @@ def test_a_stopping_pools_manager_thread_cannot_print_a_traceback(monkeypatch):
         raise KeyError(28)
 
     manager, other = threading.Thread(target=fail, name="manager"), threading.Thread(target=fail, name="other")
-    sweep._silence(manager)
+    from fedgca.experiments.pool import _silence
+
+    _silence(manager)
     for t in (manager, other):
         t.start()
         t.join()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fedgca.config import RunConfig, option_name
 from fedgca.data import DataError, DataSource, FederatedDataset, Schema
-from fedgca.data.own import MIN_TRAIN_ROWS, max_clients, own_defaults, sites_below
+from fedgca.data.own import MIN_TRAIN_ROWS, client_train_rows, max_clients, own_defaults, sites_below
 from fedgca.data.partition import natural_partition
 
 log = logging.getLogger("fedgca")
@@ -81,11 +81,11 @@ def _check_client_rows(source: DataSource, ds: FederatedDataset, values: dict) -
     if values.get("partition", "iid") == "natural":
         return  # sites too small for a batch: natural_partition's --small-sites rule says what to do
     n, c, val = len(ds.train), int(values["clients"]), float(values.get("val_fraction", 0.0))
-    need = MIN_TRAIN_ROWS
-    if int(n // c * (1 - val)) < need:
+    rows = client_train_rows(n, c, val)
+    if rows < MIN_TRAIN_ROWS:
         raise DataError(f"{source.label}: {n} training normals are too few for {c} clients (each would train on "
-                        f"{int(n // c * (1 - val))} rows, fewer than {need}); the largest C it supports is "
-                        f"{max_clients(n, val, need)} (--clients)")
+                        f"{rows} rows, fewer than {MIN_TRAIN_ROWS}); the largest C it supports is "
+                        f"{max_clients(n, val, MIN_TRAIN_ROWS)} (--clients)")
 
 
 def config_values(cfg: RunConfig) -> dict:

@@ -415,10 +415,16 @@ def default_clients(n_train: int) -> int:
     return int(min(DEFAULT_CLIENTS, max(2, n_train // MIN_CLIENT_ROWS)))
 
 
+def client_train_rows(n_train: int, clients: int, val_fraction: float) -> int:
+    """The training rows of the smallest IID client: ⌊N/C⌋ less its validation share (``split_validation``'s floor)."""
+    shard = n_train // clients
+    return shard - int(shard * val_fraction)
+
+
 def max_clients(n_train: int, val_fraction: float, min_rows: int = 1) -> int:
     """The largest C at which every IID client keeps ``min_rows`` training rows after its validation share."""
-    c = max(1, min(n_train, int(n_train * (1 - val_fraction) / max(min_rows, 1)) + 1))
-    while c > 1 and int(n_train // c * (1 - val_fraction)) < min_rows:
+    c = max(1, n_train // max(min_rows, 1))  # a shard needs min_rows before its validation share is taken
+    while c > 1 and client_train_rows(n_train, c, val_fraction) < min_rows:
         c -= 1
     return int(c)
 
@@ -441,11 +447,9 @@ def own_defaults(n_train: int, n_sites: int | None, partition: str, given: dict 
     out: dict[str, Any] = {}
     clients = given.get("clients") or (n_sites if partition == "natural" and n_sites else default_clients(n_train))
     val = given.get("val_fraction", DEFAULT_VAL_FRACTION)
-    rows = n_train / clients * (1 - val)  # a client's training rows (the mean, under a skewed partition)
-    if partition == "natural":  # sites smaller than a batch are the --small-sites rule's to handle
-        batch = given.get("batch_size") or MAX_BATCH
-    else:
-        batch = given.get("batch_size") or int(max(1, min(MAX_BATCH, n_train // clients - int(n_train // clients * val))))
+    rows = client_train_rows(n_train, clients, val)  # under a skewed partition: the mean client's
+    # natural partition: SPEC's B (sites smaller than a batch are the --small-sites rule's to handle)
+    batch = given.get("batch_size") or (MAX_BATCH if partition == "natural" else max(1, min(MAX_BATCH, rows)))
     epochs = epochs_per_round(rows, batch)
     out.update(clients=int(clients), k=DEFAULT_K, rho=upload_fraction(n_train), val_fraction=val,
                threshold="val-quantile" if val > 0 else "train-quantile", rounds=DEFAULT_ROUNDS, batch_size=batch,

@@ -50,7 +50,7 @@ from pathlib import Path
 from fedgca import methods
 from fedgca.config import ADDED_LATER, RunConfig
 from fedgca.experiments import cost
-from fedgca.experiments.pool import _silence, _stop_workers, _worker_init, bare_main  # noqa: F401 (re-exported)
+from fedgca.experiments.pool import _stop_workers, _worker_init, bare_main
 from fedgca.protocol.fedprox import effective_coefficient
 from fedgca.rundir import CHECKPOINT, SUMMARY
 
@@ -456,7 +456,8 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         if executor == "ray":
             _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address, gpus_per_run)
         else:
-            _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
+            with bare_main():  # the pool's workers, and their replacements, never re-run the caller's script
+                _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
     except KeyboardInterrupt as stop:
         raise SweepStopped(
             f"sweep {root} stopped ({stop if isinstance(stop, SweepStopped) else 'interrupted'}) after "
@@ -520,8 +521,6 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
         broken: list[RunConfig] = []
         pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
                                       initializer=_worker_init, initargs=(threads, verbose))
-        guard = bare_main()  # held while the pool starts (and replaces) workers
-        guard.__enter__()
         try:
             futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c)): c
                        for c in batch}
@@ -538,7 +537,6 @@ def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) 
             # still importing torch here. `shutdown(wait=True)` waited seconds for them, and a SIGTERM during
             # that wait left them orphaned (each printed a SemLock traceback); stopping them now does neither.
             _stop_workers(pool)
-            guard.__exit__(None, None, None)
         started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
         if broken and not started:  # the pool broke before any run started: do not loop forever
             started = {c.key() for c in broken}
