@@ -123,4 +123,13 @@ def test_predict_flags_the_promised_share_of_held_out_normals(name, data_dir):
     promised = 1 - r.config.quantile
     assert abs(np.mean(flagged) - promised) <= 0.10, flagged
     assert r.detectors[0].meta["round"] == r.summary["selected"]["round"]
+    # ... and they are that round's models: their AUROC on the test set is the selected round's, client by client
+    import pandas as pd
+    from sklearn.metrics import roc_auc_score
+
+    per_client = pd.read_csv(r.out / "metrics_clients.csv")
+    at = per_client[(per_client["phase"] == "round") & (per_client["round"] == r.summary["selected"]["round"])]
+    x_test, y_test = X[rows], y[rows]
+    for det, expected in zip(r.detectors, at.sort_values("client")["auroc"]):
+        assert abs(roc_auc_score(y_test, det.decision_function(det.transform(x_test))) - expected) < 1e-4
     assert set(r.summary["data"]["defaulted"]) >= {"clients", "val_fraction", "threshold", "rounds", "local_epochs"}

@@ -15,6 +15,11 @@ def _pick(row: dict, **extra) -> dict:
             "epoch": row["epoch"], **extra}
 
 
+def validation_selected(rows: list[dict]) -> dict:
+    """The round evaluation chosen without test labels: the lowest mean validation error, the first on ties."""
+    return min((r for r in rows if r["phase"] == "round"), key=lambda r: r["val_error"])
+
+
 def protocol_results(rows: list[dict], has_validation: bool) -> dict:
     """final / peak (paper) / selected (validation, no test labels) from the metric rows.
 
@@ -26,8 +31,7 @@ def protocol_results(rows: list[dict], has_validation: bool) -> dict:
     final = round_rows[-1]
     peak = max(paper_rows, key=lambda r: r["accuracy"])  # first maximum on ties
     if has_validation:
-        sel = min(round_rows, key=lambda r: r["val_error"])
-        selected = _pick(sel, rule="round with the lowest mean validation reconstruction error")
+        selected = _pick(validation_selected(rows), rule="round with the lowest mean validation reconstruction error")
     else:
         selected = _pick(final, rule="final round (val_fraction = 0: no validation split)")
     return {

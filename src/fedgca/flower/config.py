@@ -28,7 +28,6 @@ class FlowerOptions:
     min_nodes: int = 0
     wait_timeout: float = 300.0
     reply_timeout: float = 3600.0
-    eval_recon_epochs: bool = True
 
 
 def _dashed(name: str) -> str:
@@ -69,7 +68,6 @@ def parse_run_config(values: dict) -> tuple[RunConfig, FlowerOptions]:
         min_nodes=int(opts["min-nodes"]) or int(cfg.clients),
         wait_timeout=float(opts["wait-timeout"]),
         reply_timeout=float(opts["reply-timeout"]),
-        eval_recon_epochs=cfg.eval_recon_epochs,  # a RunConfig option (one rule for both drivers)
     )
     if not math.isfinite(options.reply_timeout) or options.reply_timeout <= 0:
         raise ValueError("reply-timeout must be a positive number of seconds")

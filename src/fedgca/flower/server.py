@@ -316,8 +316,8 @@ class FlowerServer:
             return []
         rows = []
         # the paper evaluates GCA after every reconstruction epoch; without those evaluations, per round
-        paper = methods.paper_phase(self.cfg) if self.opts.eval_recon_epochs else "round"
-        if methods.is_gca(self.cfg.method) and self.opts.eval_recon_epochs:
+        paper = methods.paper_phase(self.cfg)  # per round when GCA does not evaluate its reconstruction epochs
+        if methods.is_gca(self.cfg.method) and self.cfg.eval_recon_epochs:
             for e in range(gcfg.recon_epochs):
                 rows.append(_row(r, "recon", e, {c: _epoch(v, "recon", e) for c, v in evals.items()}, paper))
         if methods.is_gca(self.cfg.method) and self.cfg.eval_align_epochs:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from fedgca import methods, rundir, runrecord
 from fedgca.config import ABLATION_CLIENT, EXECUTION_ONLY, RunConfig
 from fedgca.detector import save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
+from fedgca.evaluation.selection import validation_selected
 from fedgca.protocol.gca import upload_size
 from fedgca.protocol.sampling import num_participants
 from fedgca.rundir import CHECKPOINT, RunFileError
@@ -84,7 +84,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
 
         record = method.run_round(r, part, evaluate)
         evaluate("round", -1)
-        selected.offer(r, rows[-1], method.deployed_clients())
+        selected.offer(r, rows, method.deployed_clients())
         comm.append({"round": r, "bytes_up": record.bytes_up, "bytes_down": record.bytes_down,
                      "uploads": record.uploads, "participants": record.participants, **record.extra})
         wall = wall_before + time.perf_counter() - t0
@@ -111,16 +111,17 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
 
 
 class _Selection:
-    """The deployed models of the round a run selects without test labels (the lowest mean validation error,
-    first on ties: ``evaluation.selection.protocol_results``' rule), kept so that the saved detectors are the
-    selected ones. Without a validation split the final round is the selected one and nothing is kept."""
+    """The deployed models of the round a run selects without test labels (``evaluation.selection``'s rule),
+    kept so that the saved detectors are the selected ones. Without a validation split the final round is the
+    selected one and nothing is kept."""
 
     def __init__(self, active: bool):
-        self.active, self.round, self.error, self.params = active, None, math.inf, None
+        self.active, self.round, self.params = active, None, None
 
-    def offer(self, r: int, row: dict, deployed) -> None:
-        if self.active and row["val_error"] < self.error:
-            self.round, self.error = r, row["val_error"]
+    def offer(self, r: int, rows: list[dict], deployed) -> None:
+        """After round ``r``'s evaluation: keep its models if the rule now selects it."""
+        if self.active and validation_selected(rows)["round"] == r + 1:
+            self.round = r
             self.params = {k: v.detach().clone() for k, v in deployed.params.items()}
 
     def deploy(self, deployed, rounds: int) -> int:
@@ -133,11 +134,11 @@ class _Selection:
         return self.round + 1
 
     def state_dict(self) -> dict:
-        return {} if self.params is None else {"round": self.round, "error": self.error, "params": self.params}
+        return {} if self.params is None else {"round": self.round, "params": self.params}
 
     def load_state_dict(self, state) -> None:
         if state:
-            self.round, self.error, self.params = int(state["round"]), float(state["error"]), dict(state["params"])
+            self.round, self.params = int(state["round"]), dict(state["params"])
 
 
 def _read_checkpoint(out: Path) -> dict:
