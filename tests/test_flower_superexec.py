@@ -30,9 +30,10 @@ def _wait(predicate, seconds: float = 20.0) -> bool:
 @pytest.fixture
 def recording_zygote(tmp_path, monkeypatch):
     """A zygote whose children record their spec and pid instead of running Flower's ClientApp."""
-    def record(spec):
-        (tmp_path / f"{spec['token']}.json").write_text(json.dumps({"spec": spec, "pid": os.getpid(),
-                                                                   "ppid": os.getppid()}))
+    def record(spec):  # written aside and renamed: the test polls for the file and must never read it half-written
+        part = tmp_path / f".{spec['token']}.part"
+        part.write_text(json.dumps({"spec": spec, "pid": os.getpid(), "ppid": os.getppid()}))
+        part.rename(tmp_path / f"{spec['token']}.json")
 
     monkeypatch.setattr(superexec, "_run_task", record)  # the fork copies the patched module
     z = superexec.Zygote(preload=("json",))
