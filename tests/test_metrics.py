@@ -130,3 +130,16 @@ def test_one_global_model_is_scored_once_with_the_same_result(data_dir):
     once, per_client = evaluate_clients(*args, one_model=True), evaluate_clients(*args, one_model=False)
     assert once == per_client
     assert len(set(once["thresholds"])) == fed.num_clients  # τ_i still differ per client
+
+
+@pytest.mark.parametrize("n", [5, 12, 19])
+def test_a_thresholds_flag_rate_from_few_rows_matches_brute_force(n):
+    """The flag rate a τ from n validation scores gives on new normal rows (mean and spread over clients),
+    against brute force: 40,000 clients with n uniform scores each, τ by fedgca's quantile rule, F(τ) = τ."""
+    from fedgca.evaluation.metrics import FEW_THRESHOLD_ROWS, few_threshold_rows, threshold_flag_rate
+
+    tau = np.quantile(np.random.default_rng(0).random((40000, n)), 0.75, axis=1)
+    mean, sd = threshold_flag_rate(n, 0.75)
+    assert abs((1 - tau).mean() - mean) < 0.002 and abs((1 - tau).std() - sd) < 0.002
+    assert f"about {100 * mean:.0f} %" in few_threshold_rows([n, 50], 0.75)
+    assert few_threshold_rows([FEW_THRESHOLD_ROWS, 99]) is None

@@ -1,6 +1,7 @@
 """Everything a simulated federation holds: data shards, client models, test set."""
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -13,10 +14,13 @@ from fedgca.data import load_dataset
 from fedgca.data.dataset import FederatedDataset
 from fedgca.data.own import sites_below
 from fedgca.data.partition import partition_rows, split_validation
+from fedgca.evaluation.metrics import few_threshold_rows
 from fedgca.models import build_model, init_model, param_count
 from fedgca.protocol import sampling
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import AdamConfig, StackedModels
+
+log = logging.getLogger("fedgca")
 
 
 @dataclass
@@ -106,6 +110,9 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
     adam = AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma)
     shards = ClientShards.from_arrays([dataset.train[p] for p in parts], device=device)
     has_val = cfg.val_fraction > 0 and all(len(v) for v in val)
+    if has_val and cfg.threshold == "val-quantile" and (few := few_threshold_rows([len(v) for v in val],
+                                                                                  cfg.quantile)):
+        log.warning("%s", few)
     client_tests = None
     if dataset.test_sites is not None:  # client i is site i: the natural partition without dropped or merged sites
         if cfg.method == "centralized":
