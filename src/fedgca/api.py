@@ -148,12 +148,14 @@ def run(data, method: str = "gca", *, out=None, data_dir=None, resume: bool = Fa
 
 
 def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data_dir=None, executor: str = "local",
-            address: str | None = None, **options):
+            address: str | None = None, stack: int | None = None, **options):
     """Run ``methods`` × ``seeds`` on ``data`` (a resumable sweep in ``out``) and return the comparison table:
     a DataFrame with one row per method — mean and sample std over seeds of the final, peak (the paper's,
     chosen with test labels) and selected accuracy, AUROC and AUPRC. ``out`` also gets comparison.md/.csv
     and runs.csv, as ``fedgca compare`` writes them. ``executor="ray"`` runs each run as a Ray task, on the
-    cluster at ``address`` or on a local Ray instance of ``workers`` CPUs (``pip install 'fedgca[ray]'``)."""
+    cluster at ``address`` or on a local Ray instance of ``workers`` CPUs (``pip install 'fedgca[ray]'``);
+    ``executor="batched"`` computes the runs' local epochs together in this process (for a GPU: ``device="cuda"``),
+    at most ``stack`` runs at once."""
     import pandas as pd
 
     from fedgca.experiments import compare as grid
@@ -169,7 +171,7 @@ def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data
     # script (experiments.pool.bare_main), so a plain script, `python -` and a notebook all work without a __main__ guard
     workers = 0 if executor == "local" and workers == 1 else workers
     summaries = grid.run_grid(base, [name], methods, list(seeds), out, source or data_dir, workers,
-                               executor=executor, address=address, options=options)
+                               executor=executor, address=address, stack=stack, options=options)
     comparison.write_outputs(out, summaries, methods)
     rows = []
     for m in methods:

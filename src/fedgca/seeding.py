@@ -5,9 +5,16 @@ in-process simulator and a Flower client all draw exactly the same numbers.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import zlib
 
 import numpy as np
+
+# torch's global generator is one per process: seeding it and drawing from it must not interleave between
+# threads (the batched engine runs each run in a thread of its own); every draw from it in fedgca (module
+# initialisers, in models.build_model) happens under this lock
+TORCH_GLOBAL_RNG = threading.RLock()
 
 
 def _purpose_code(purpose: str) -> int:
@@ -27,3 +34,14 @@ def client_rngs(seed: int, purpose: str, keys: tuple[int, ...], client_ids) -> l
 def int_seed(seed: int, purpose: str, *keys: int) -> int:
     """A 31-bit integer seed for libraries that want one (scikit-learn, torch)."""
     return int(rng(seed, purpose, *keys).integers(0, 2**31 - 1))
+
+
+@contextlib.contextmanager
+def torch_global_seed(seed: int):
+    """torch's global CPU generator seeded with ``seed`` for the block (library code that draws from it: module
+    initialisers), restored after and held by one thread at a time."""
+    import torch
+
+    with TORCH_GLOBAL_RNG, torch.random.fork_rng(devices=[]), torch.device("cpu"):
+        torch.manual_seed(seed)
+        yield

@@ -67,8 +67,7 @@ def _codes_tensor(codes, device) -> Tensor:
 
 def _fresh_model(input_shape: tuple[int, ...], seed: int, device) -> nn.Module:
     """``build_model(input_shape)`` initialised from the seed inside a forked global RNG."""
-    with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # the CPU's draws on every device
-        torch.manual_seed(seeding.int_seed(seed, "surrogate_init"))
+    with seeding.torch_global_seed(seeding.int_seed(seed, "surrogate_init")):  # the CPU's draws on every device
         model = build_model(tuple(input_shape))
     return model.to(device)
 

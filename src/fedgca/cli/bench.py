@@ -94,7 +94,7 @@ def cmd_bench(args) -> int:
     if not ok:
         raise ValueError("no file could be benchmarked (each skipped file's reason is above)")
     result = bench.run_bench(plan, root, workers=args.workers, executor=args.executor, address=args.address,
-                             verbose=getattr(args, "verbose", False))
+                             verbose=getattr(args, "verbose", False), stack=args.stack)
     res = report.write(root, plots=not args.no_plots)
     print(f"bench {root}: {result['finished']} run(s) finished now, {result['skipped']} before, "
           f"{len(result['failed'])} failed; peers {result['peers']['done']} done, {len(result['peers']['failed'])} "

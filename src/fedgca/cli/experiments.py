@@ -24,7 +24,11 @@ def _add_executor_options(p) -> None:
                         "--address: the local Ray instance's CPUs)")
     p.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0],
                    help="local: a pool of worker processes on this machine (default); ray: one Ray task per run "
-                        "(pip install 'fedgca[ray]'), on --address or on a local Ray instance bound to 127.0.0.1")
+                        "(pip install 'fedgca[ray]'), on --address or on a local Ray instance bound to 127.0.0.1; "
+                        "batched: the runs of a dataset in this process, their local epochs computed as one "
+                        "stacked computation (for a GPU: --device cuda; same numbers as alone)")
+    p.add_argument("--stack", type=int,
+                   help="with --executor batched: the most runs computed together [default: 64]")
     p.add_argument("--address", help="with --executor ray: the cluster's address (HOST:PORT, or auto for one "
                                      "started on this machine with `ray start --head --node-ip-address ...`: "
                                      "docs/cluster.md)")
@@ -79,7 +83,7 @@ def cmd_compare(args) -> int:
     started = time.perf_counter()
     summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, data, args.workers,
                                  executor=args.executor, address=args.address, gpus_per_run=args.gpus_per_run,
-                                 options=options)
+                                 stack=args.stack, options=options)
     elapsed = time.perf_counter() - started
     print(comparison.render_comparison(summaries, args.methods))
     print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
@@ -178,7 +182,7 @@ def cmd_sweep(args) -> int:
         res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
                               verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed,
                               order=args.order, executor=args.executor, address=args.address,
-                              gpus_per_run=args.gpus_per_run)
+                              gpus_per_run=args.gpus_per_run, stack=args.stack)
     except sweep.SweepStopped as stop:  # one line; SIGTERM exits 143 and Ctrl-C 130, as a shell reports them
         print(f"fedgca: {stop}", file=sys.stderr)
         return 143 if "SIGTERM" in str(stop) else 130

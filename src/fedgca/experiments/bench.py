@@ -164,7 +164,7 @@ def write_plan(root: Path, p: BenchPlan) -> None:
 
 
 def run_bench(p: BenchPlan, root, *, workers: int = 1, executor: str = "local", address: str | None = None,
-              verbose: bool = False) -> dict:
+              verbose: bool = False, stack: int | None = None) -> dict:
     """Run the plan's runs (a resumable sweep) and its peers (each result a file: done ones are skipped)."""
     from fedgca.experiments import sweep
 
@@ -175,7 +175,7 @@ def run_bench(p: BenchPlan, root, *, workers: int = 1, executor: str = "local", 
         peers.require()
     write_plan(root, p)
     result = sweep.run_sweep(p.configs, root, workers=workers, data_dir=p.sources, verbose=verbose,
-                             order="longest-first", executor=executor, address=address) if p.configs else \
+                             order="longest-first", executor=executor, address=address, stack=stack) if p.configs else \
         {"total": 0, "skipped": 0, "finished": 0, "failed": []}
     result["peers"] = run_peers(p, root, workers)
     return result

@@ -37,7 +37,7 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None, options: dict |
 
 def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1, *,
              executor: str = "local", address: str | None = None, gpus_per_run: float = 0.0,
-             options: dict | None = None) -> list[dict]:
+             stack: int | None = None, options: dict | None = None) -> list[dict]:
     """Run every (dataset, method, seed) not already finished in ``root``; resume unfinished ones.
 
     A comparison is a sweep: same run directories (``root/runs/<config key>``), ledger, skipping,
@@ -50,7 +50,7 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
     configs = grid(base, datasets, methods, seeds, data_dir if isinstance(data_dir, DataSource) else None, options)
     # the table is read only when complete: start the longest runs first (the shortest makespan)
     result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, order="longest-first",
-                             executor=executor, address=address, gpus_per_run=gpus_per_run)
+                             executor=executor, address=address, gpus_per_run=gpus_per_run, stack=stack)
     if result["failed"]:
         raise RuntimeError(f"{len(result['failed'])} run(s) failed (see {Path(root) / sweep.LEDGER}): "
                            + "; ".join(str(f) for f in result["failed"])[:500])

@@ -264,8 +264,17 @@ def _stop_on_sigterm(signum, frame):
     raise SweepStopped("SIGTERM")
 
 
-def execute(cfg_dict: dict, out: str, root: str, data_dir) -> dict:
-    """One run, in a worker process. Never raises: returns {"status": ..., ...}."""
+def execute(cfg_dict: dict, out: str, root: str, data_dir, broker=None) -> dict:
+    """One run, in a worker process (or a thread of the batched engine, whose ``broker`` it leaves when it
+    ends, however it ends). Never raises: returns {"status": ..., ...}."""
+    try:
+        return _execute(cfg_dict, out, root, data_dir, broker)
+    finally:
+        if broker is not None:
+            broker.leave()
+
+
+def _execute(cfg_dict: dict, out: str, root: str, data_dir, broker) -> dict:
     from fedgca.simulation.runner import run
 
     out_p = Path(out)
@@ -280,7 +289,8 @@ def execute(cfg_dict: dict, out: str, root: str, data_dir) -> dict:
         Ledger(Path(root) / LEDGER).append("started", key, resume=resume, config=cfg_dict)
         t0 = time.perf_counter()
         try:
-            summary = run(RunConfig.from_dict(cfg_dict), out_p, data_dir=data_dir, resume=resume, progress=False)
+            summary = run(RunConfig.from_dict(cfg_dict), out_p, data_dir=data_dir, resume=resume, progress=False,
+                          broker=broker)
         except BaseException as err:  # noqa: BLE001 — recorded, the sweep goes on
             if isinstance(err, KeyboardInterrupt):
                 raise
@@ -389,17 +399,19 @@ def describe(cfg: RunConfig) -> str:
 
 
 ORDERS = ("grid", "longest-first")
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "ray", "batched")
 
 
 def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None, verbose: bool = False,
               retry_failed: bool = True, order: str = "grid", executor: str = "local",
-              address: str | None = None, gpus_per_run: float = 0.0) -> dict:
+              address: str | None = None, gpus_per_run: float = 0.0, stack: int | None = None) -> dict:
     """Run every config not finished in ``root``; returns counts and the failures.
 
     ``executor``: "local", a pool of ``workers`` processes on this machine, or "ray", one Ray task per run
     (:mod:`fedgca.experiments.ray_executor`) on the cluster at ``address``, or on a local Ray instance of
-    ``workers`` CPUs. Both write the same run directories and ledger.
+    ``workers`` CPUs; or "batched", the runs of one dataset ``stack`` at a time in this process with their
+    local epochs computed together (:mod:`fedgca.experiments.batched_executor`, for a GPU). All write the same
+    run directories and ledger.
 
     ``order``: "grid" starts the runs in the file's order (its first cells finish first, for a partial
     report); "longest-first" by predicted FLOPs, largest first, so that the last runs to start are the
@@ -411,6 +423,8 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         raise ValueError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
     if (address or gpus_per_run) and executor != "ray":
         raise ValueError("--address and --gpus-per-run are the Ray executor's: add --executor ray")
+    if stack is not None and executor != "batched":
+        raise ValueError("--stack is the batched executor's: add --executor batched")
     if not 0 <= gpus_per_run <= 8:
         raise ValueError(f"--gpus-per-run must be in [0, 8], got {gpus_per_run!r}")
     if executor == "ray":
@@ -438,7 +452,8 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         todo.append(cfg)
     result = {"total": len(configs), "skipped": len(configs) - len(todo), "finished": 0, "failed": []}
     log.info("sweep %s: %d runs, %d already done, %d to run on %s", root, len(configs), result["skipped"],
-             len(todo), f"Ray ({address})" if address else f"{workers} worker(s)" + (" of Ray" if executor == "ray" else ""))
+             len(todo), f"Ray ({address})" if address else "the batched engine" if executor == "batched" else
+             f"{workers} worker(s)" + (" of Ray" if executor == "ray" else ""))
     if not todo:
         return result
     flops = predicted_flops(todo, data_dir)
@@ -455,6 +470,13 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     try:
         if executor == "ray":
             _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address, gpus_per_run)
+        elif executor == "batched":
+            from fedgca.experiments import batched_executor
+
+            jobs = [(c, (c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c))) for c in todo]
+            batched_executor.run_all(jobs, execute, lambda c, res: _record(ledger, finished, result, c, root,
+                                                                           len(todo), res),
+                                     stack=stack or batched_executor.DEFAULT_STACK)
         else:
             with bare_main():  # the pool's workers, and their replacements, never re-run the caller's script
                 _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)

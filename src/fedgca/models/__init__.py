@@ -54,18 +54,21 @@ def forward_cost(model: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, i
 
 
 def build_model(input_shape: tuple[int, ...]) -> nn.Module:
-    """The SPEC §3 autoencoder for inputs of this shape: MLP for vectors, conv for (C, H, W)."""
-    if len(input_shape) == 1:
-        return TabularAE(int(input_shape[0]))
+    """The SPEC §3 autoencoder for inputs of this shape: MLP for vectors, conv for (C, H, W).
+
+    Its initialisers draw from torch's global generator: under ``seeding.TORCH_GLOBAL_RNG``, so that no other
+    thread's draw falls between ``init_model``'s seeding and its draws."""
     from fedgca.models.conv import ConvAE
 
-    channels, height, width = input_shape
-    return ConvAE(channels, height, width)
+    with seeding.TORCH_GLOBAL_RNG:
+        if len(input_shape) == 1:
+            return TabularAE(int(input_shape[0]))
+        channels, height, width = input_shape
+        return ConvAE(channels, height, width)
 
 
 def init_model(seed: int, input_shape: tuple[int, ...], client_id: int) -> nn.Module:
     """Client i's initial model depends only on (seed, i): a Flower client rebuilds the simulator's exactly."""
     # made on the CPU from the CPU generator whatever the run's device (fedgca.devices): the same draws everywhere
-    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
-        torch.manual_seed(seeding.int_seed(seed, "init", client_id))
+    with seeding.torch_global_seed(seeding.int_seed(seed, "init", client_id)):
         return build_model(input_shape)

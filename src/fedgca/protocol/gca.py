@@ -85,7 +85,14 @@ def nearest_centroid(z: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
 def _offset_to_nearest(z: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
     """(a, z − μ_a): the nearest centroid and the offset to it, contiguous (see ``nearest_centroid``)."""
     assign = nearest_assignment(z, centroids)
-    return assign, z.contiguous() - centroids[assign]
+    return assign, z.contiguous() - _lookup(centroids, assign, centroids.dim() == 3)
+
+
+def _lookup(table: Tensor, assign: Tensor, per_client: bool) -> Tensor:
+    """table[a]: one table for every client ([K, ...]), or each client's own ([C, K, ...]) for a [C, B] a."""
+    if not per_client:
+        return table[assign]
+    return table[torch.arange(len(table), device=table.device).unsqueeze(-1), assign]
 
 
 @torch.no_grad()
@@ -95,6 +102,8 @@ def nearest_assignment(z: Tensor, centroids: Tensor) -> Tensor:
     The squares are taken in place (~10 % of this step; same values). The layout of z is kept on purpose:
     the sum over dz runs in a layout-dependent order, and the stacked encoder's transposed codes and a
     contiguous copy pick different centroids on near-ties (tests/test_gca_math.py)."""
+    if centroids.dim() == 3:  # each client its own centroids [C, K, dz] (the batched engine's runs)
+        centroids = centroids.unsqueeze(-3)
     return (z.unsqueeze(-2) - centroids).pow_(2).sum(-1).argmin(dim=-1)
 
 
@@ -107,9 +116,9 @@ def alignment_per_row(z: Tensor, centroids: Tensor, weights: Tensor) -> Tensor:
 def alignment_loss_and_grad(z: Tensor, centroids: Tensor, weights: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """``masked_batch_mean(alignment_per_row(z, μ, w), mask)`` for codes z [C, B, dz], and its gradient
     with respect to z, computed with the ops autograd runs for it (bit-identical, tested): a hand-written
-    backward pass needs no graph."""
+    backward pass needs no graph. Centroids [C, K, dz] and weights [C, K]: each client its own."""
     assign, d = _offset_to_nearest(z, centroids)
-    w = weights.to(z.dtype)[assign]
+    w = _lookup(weights.to(z.dtype), assign, centroids.dim() == 3)
     loss, g = masked_batch_mean_and_grad(w * d.pow(2).sum(-1), mask)
     return loss, (g * w).unsqueeze(-1).expand(d.shape) * (2.0 * d)
 

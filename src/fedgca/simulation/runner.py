@@ -29,11 +29,13 @@ class ConfigMismatch(RuntimeError):
 
 
 def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progress: bool | None = None,
-        fed: Federation | None = None, dataset=None) -> dict:
+        fed: Federation | None = None, dataset=None, broker=None) -> dict:
     """Run (or resume) a federation and write its files to ``out_dir``; return the summary.
 
     ``data_dir``: where the built-in datasets are, or own data's :class:`~fedgca.data.DataSource`;
-    ``dataset``: the dataset already loaded (``fedgca.sources.bind`` loads it to fill defaults).
+    ``dataset``: the dataset already loaded (``fedgca.sources.bind`` loads it to fill defaults);
+    ``broker``: the batched engine's (``training.lockstep.EpochBroker``), which computes this run's local
+    epochs together with other runs' (the caller calls its ``leave`` when the run is over).
 
     Everything that can fail on bad input (options, an existing directory, the
     checkpoint, the data) is checked before the first file is written, so a
@@ -46,6 +48,8 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     fed = fed or build_federation(cfg, data_dir, dataset)
     method = method_class(cfg.method)(fed)
     k_note = _effective_k_note(cfg, fed)
+    if broker is not None:
+        broker.attach(fed.clients)
 
     rows: list[dict] = []
     comm: list[dict] = []

@@ -52,8 +52,28 @@ def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -
 
     if clients.hand_backward:
         return HandDifferentiated(loss, lambda xb, mask: clients.loss_and_grads(
-            xb, mask, lambda z, m: alignment_loss_and_grad(z, centroids, weights, m), parts=("encoder",)))
+            xb, mask, lambda z, m: alignment_loss_and_grad(z, centroids, weights, m), parts=("encoder",)),
+            form=("align", centroids.shape[-1]), merge=_merge_alignment, merge_data=(centroids, weights))
     return loss
+
+
+def _merge_alignment(parts: list, merged: StackedModels) -> HandDifferentiated:
+    """For the batched engine: the alignment losses of several runs ``[(loss, its clients)]`` as one over their
+    concatenated clients, each client with its own run's centroids and weights. A run with fewer centroids
+    is padded with repeats of its first: ``nearest_assignment`` takes the first of equal distances, so a
+    repeat is never a client's nearest and the loss is the run's own."""
+    k = max(len(loss.merge_data[0]) for loss, _ in parts)
+    mus, ws = [], []
+    for loss, n in parts:
+        mu, w = loss.merge_data
+        if len(mu) < k:
+            mu = torch.cat([mu, mu[:1].expand(k - len(mu), -1)])
+            w = torch.cat([w, w[:1].expand(k - len(w))])
+        mus.append(mu.expand(n, -1, -1))
+        ws.append(w.expand(n, -1))
+    mu, w = torch.cat(mus), torch.cat(ws)
+    return HandDifferentiated(None, lambda xb, mask: merged.loss_and_grads(
+        xb, mask, lambda z, m: alignment_loss_and_grad(z, mu, w, m), parts=("encoder",)))
 
 
 def reconstruction_epoch(clients, shards: ClientShards, rngs, cfg: GCAConfig, participating: Tensor) -> Tensor:

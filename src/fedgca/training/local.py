@@ -26,7 +26,8 @@ def reconstruction_loss(clients: StackedModels, n_feature_dims: int, extra_loss=
 
     if extra_loss is None and n_feature_dims == 1 and clients.hand_backward:
         return HandDifferentiated(loss, lambda xb, mask: clients.loss_and_grads(
-            xb, mask, lambda out, m: reconstruction_loss_and_grad(xb, out, m)))
+            xb, mask, lambda out, m: reconstruction_loss_and_grad(xb, out, m)),
+            form=("recon",), merge=lambda parts, merged: reconstruction_loss(merged, 1))
     return loss
 
 

@@ -1,8 +1,8 @@
 """Mini-batch epochs over stacked clients (shared by every method and by Flower clients)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Hashable
 
 import numpy as np
 import torch
@@ -22,6 +22,12 @@ class HandDifferentiated:
 
     value: LossFn
     loss_and_grads: Callable[[Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]
+    # For the batched engine (``training.lockstep``): losses of one ``form`` from several runs become one
+    # loss over their concatenated clients, ``merge([(loss, its clients), ...], merged_clients)``, reading
+    # each run's ``merge_data`` (its centroids, ...); form None: never merged.
+    form: Hashable | None = None
+    merge: Callable[[list, StackedModels], "HandDifferentiated"] | None = field(default=None, compare=False)
+    merge_data: object = field(default=None, compare=False)
 
     def __call__(self, xb: Tensor, mask: Tensor) -> Tensor:
         return self.value(xb, mask)
@@ -90,11 +96,16 @@ def run_epoch(
     loss_fn: LossFn,
     keys: list[str],
     participating: Tensor,
+    broker: bool = True,
 ) -> Tensor:
     """One local epoch of mini-batch Adam for the participating clients, on parameters ``keys``.
 
-    Returns each client's mean batch loss over the epoch [C] (0 for absent clients).
+    Returns each client's mean batch loss over the epoch [C] (0 for absent clients). Models that joined a
+    batched engine's broker (``training.lockstep``) hand the epoch to it (``broker=False``: the broker's own
+    call), which computes it together with other runs' epochs.
     """
+    if broker and clients.broker is not None:
+        return clients.broker.epoch(clients, shards, rngs, batch_size, loss_fn, keys, participating)
     dev = shards.device
     idx, mask = (t.to(dev) for t in batch_plan(rngs, shards.sizes, batch_size))  # drawn on the CPU
     mask = mask * participating.to(dev, mask.dtype).unsqueeze(-1)

@@ -236,6 +236,8 @@ def _fused_adam(p: list[Tensor], g: list[Tensor], m: list[Tensor], v: list[Tenso
 class StackedModels:
     """C copies of one autoencoder architecture with stacked parameters and Adam state."""
 
+    broker = None  # a batched engine's ``training.lockstep.EpochBroker`` while this stack trains under one
+
     def __init__(self, models: list[nn.Module], adam: AdamConfig = AdamConfig(), device: torch.device | str = "cpu"):
         self.num_clients = len(models)
         self.device = torch.device(device)
