@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fedgca.config import RunConfig
-from fedgca.experiments.sweep import canonical
+from fedgca.experiments.sweep_spec import canonical
 from fedgca.reporting import report
 from fedgca.reporting.groups import k_star_of
 

@@ -86,7 +86,7 @@ def plan(paths, methods=DEFAULT_METHODS, seeds=(100,), partitions=("iid",), peer
     error; the rest go on.
     """
     from fedgca import methods as registry
-    from fedgca.experiments.sweep import canonical
+    from fedgca.experiments.sweep_spec import canonical
     from fedgca.sources import bind, open_source
 
     for m in methods:

@@ -19,7 +19,7 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None, options: dict |
     (``fedgca.sources.bind``): ``options``, the options the user set, and the rest from the data
     (without ``options``, every field of ``base`` counts as set).
     """
-    from fedgca.experiments.sweep import canonical
+    from fedgca.experiments.sweep_spec import canonical
 
     if source is None:
         return [canonical(dataclasses.replace(base, dataset=d, method=m, seed=s))

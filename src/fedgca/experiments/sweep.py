@@ -32,26 +32,22 @@ write the same run), and a ``finished`` event is written exactly once per key
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
-import dataclasses
-import itertools
 import json
 import logging
 import math
-import multiprocessing
 import os
 import signal
 import threading
 import time
-import tomllib
 import traceback
 from pathlib import Path
 
 from fedgca import methods
 from fedgca.config import ADDED_LATER, RunConfig
 from fedgca.experiments import cost
-from fedgca.experiments.pool import _stop_workers, _worker_init, bare_main
-from fedgca.protocol.fedprox import effective_coefficient
+from fedgca.experiments.ledger import Ledger, lock
+from fedgca.experiments.pool import bare_main
+from fedgca.experiments.sweep_spec import OWN_DATA_KEYS, SweepSpec, canonical, load_spec, parse_spec
 from fedgca.rundir import CHECKPOINT, SUMMARY
 
 log = logging.getLogger("fedgca")
@@ -59,173 +55,6 @@ log = logging.getLogger("fedgca")
 LEDGER = "ledger.jsonl"
 RUNS = "runs"
 LOCK = ".lock"
-
-# Which options each method reads (``MethodSpec.options``). Anything else is
-# reset to its default by ``canonical``, so that runs differing only in options
-# a method ignores share one key (e.g. a baseline in a grid over K).
-
-
-def canonical(cfg: RunConfig) -> RunConfig:
-    """The resolved config with every option its method does not read reset to its default.
-
-    (``alpha`` only matters for the Dirichlet partition and is reset under IID.)
-    """
-    cfg = cfg.resolved()
-    defaults = RunConfig(dataset=cfg.dataset, method=cfg.method)
-    keep = set(methods.get(cfg.method).options) | {"device"}  # where it computes: every method
-    if cfg.partition != "dirichlet":
-        keep.discard("alpha")
-    if cfg.partition != "natural":
-        keep.discard("small_sites")
-    if cfg.data_digest is not None:  # own data: its binding stays; K, which it has no preset for, a fixed value
-        from fedgca.data.own import DEFAULT_K
-
-        keep |= {"data_digest", "clients", "rho", "partition", "small_sites"}
-        defaults = dataclasses.replace(defaults, k=DEFAULT_K)
-    values = {f.name: getattr(cfg if f.name in keep else defaults, f.name) for f in dataclasses.fields(RunConfig)}
-    if cfg.method == "fedprox" and cfg.fedprox_coef == effective_coefficient(cfg.fedprox_mu, cfg.batch_size):
-        values["fedprox_coef"] = None  # the derived default, not an override
-    return RunConfig(**values).resolved()
-
-
-# --------------------------------------------------------------------------- sweep files
-
-
-@dataclasses.dataclass
-class SweepSpec:
-    configs: list[RunConfig]  # canonical, deduplicated, in grid order
-    out: str | None = None
-    data_dir: str | None = None
-    name: str = ""
-    source: object = None  # own data's fedgca.data.DataSource (the file's `data`), else None
-
-    @property
-    def data(self):
-        """What runs read: own data's source, else the built-in datasets' directory."""
-        return self.source if self.source is not None else self.data_dir
-
-
-def load_spec(path) -> SweepSpec:
-    path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: not valid TOML ({err})") from None
-    return parse_spec(doc, name=path.stem)
-
-
-OWN_DATA_KEYS = ("data", "schema", "test_file", "test_split", "data_name")
-
-
-def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
-    """A sweep file's runs. Own data: top-level ``data`` (a file or per-site directory), ``schema``,
-    optionally ``test_file``, ``test_split`` and ``data_name``; grids then need no ``dataset``, and C,
-    K and ρ left unset come from the data (fedgca.sources.bind). Paths are relative to the working
-    directory, as ``out`` and ``data_dir`` are."""
-    unknown = set(doc) - {"base", "grid", "out", "data_dir", "name", "description", *OWN_DATA_KEYS}
-    if unknown:
-        raise ValueError(f"sweep file: unknown top-level keys {', '.join(sorted(unknown))} "
-                         f"(expected [base], [grid] or [[grid]], out, data_dir, {', '.join(OWN_DATA_KEYS)})")
-    source = None
-    if doc.get("data"):
-        from fedgca.sources import open_source
-
-        source = open_source(doc["data"], doc.get("schema"), test_file=doc.get("test_file"),
-                             test_split=doc.get("test_split"), name=doc.get("data_name"))
-    elif any(doc.get(k) for k in OWN_DATA_KEYS):
-        raise ValueError("sweep file: schema/test_file/test_split/data_name describe own data: add `data`")
-    base = dict(doc.get("base", {}))
-    grids = doc.get("grid")
-    if grids is None:
-        raise ValueError("sweep file: no [grid] table")
-    if isinstance(grids, dict):
-        grids = [grids]
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
-    configs, seen, loaded = [], set(), {}
-    for i, grid in enumerate(grids):
-        bad = (set(grid) | set(base)) - fields
-        if bad:
-            raise ValueError(f"sweep file: grid {i + 1}: unknown RunConfig fields {', '.join(sorted(bad))}")
-        axes = {**{k: [v] for k, v in base.items()}, **{k: v if isinstance(v, list) else [v] for k, v in grid.items()}}
-        if source is not None:
-            if "dataset" in axes:
-                raise ValueError(f"sweep file: grid {i + 1} names a dataset, and the file gives own data (`data`)")
-            axes["dataset"] = [source.label]
-        if "dataset" not in axes:
-            raise ValueError(f"sweep file: grid {i + 1} names no dataset")
-        names = list(axes)
-        for combo in itertools.product(*(axes[n] for n in names)):
-            values = dict(zip(names, combo))
-            for opt in ("k", "clients", "rho"):  # "preset" means the dataset's preset value
-                if values.get(opt) == "preset":
-                    values[opt] = None
-            cfg = canonical(_bind(values, source, loaded) if source is not None else RunConfig(**values))
-            key = cfg.key()
-            if key not in seen:
-                seen.add(key)
-                configs.append(cfg)
-    return SweepSpec(configs, doc.get("out"), doc.get("data_dir"), doc.get("name", name), source)
-
-
-def _bind(values: dict, source, loaded: dict) -> RunConfig:
-    """Own data's config for these options (the data read once per seed: its test split depends on it)."""
-    from fedgca.sources import bind
-
-    seed = values.get("seed", RunConfig.__dataclass_fields__["seed"].default)
-    cfg, loaded[seed] = bind({k: v for k, v in values.items() if k != "dataset"}, source, dataset=loaded.get(seed))
-    return cfg
-
-
-# --------------------------------------------------------------------------- ledger
-
-
-class Ledger:
-    """Append-only JSON-lines log; every append is locked, flushed and fsync'd."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-
-    def append(self, event: str, key: str, *, once: bool = False, **fields) -> bool:
-        """Append one event; with ``once``, only if ``key`` has no such event yet (checked under the lock,
-        so that two sweeps sharing a directory never record a run twice). Returns whether it wrote."""
-        line = json.dumps({"event": event, "key": key, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                           "pid": os.getpid(), **fields}, sort_keys=False) + "\n"
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            _lock(fd)
-            if once and any(e.get("event") == event and e.get("key") == key for e in self.events()):
-                return False
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn last line (crash mid-write): end it
-                line = "\n" + line
-            os.write(fd, line.encode())
-            os.fsync(fd)
-            return True
-        finally:
-            os.close(fd)  # closing releases the lock
-
-    def events(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a torn last line from a crash mid-write: ignore it
-                continue
-        return out
-
-    def finished_keys(self) -> set[str]:
-        return {e["key"] for e in self.events() if e.get("event") == "finished"}
-
-
-def _lock(fd: int) -> None:
-    try:
-        import fcntl
-
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except ImportError:  # not POSIX: appends of one short line are still atomic in practice
-        pass
 
 
 # --------------------------------------------------------------------------- running
@@ -282,7 +111,7 @@ def _execute(cfg_dict: dict, out: str, root: str, data_dir, broker) -> dict:
     key = RunConfig.from_dict(cfg_dict).key()
     fd = os.open(out_p / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        _lock(fd)  # waits for an orphaned worker of a killed sweep to finish this same run
+        lock(fd)  # waits for an orphaned worker of a killed sweep to finish this same run
         if (out_p / SUMMARY).exists():
             return {"status": "finished", "resumed": False, "already": True}
         resume = (out_p / CHECKPOINT).exists()
@@ -465,6 +294,9 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     elif order == "longest-first":
         log.warning("sweep %s: no FLOP predictions, so the runs start in the grid's order", root)
     result["t0"] = time.monotonic()  # for the ETA in the progress lines; removed before returning
+    def on_result(cfg: RunConfig, res: dict) -> None:
+        _record(ledger, finished, result, cfg, root, len(todo), res)
+
     in_main = threading.current_thread() is threading.main_thread()  # only there can a signal handler go
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if in_main else None
     try:
@@ -474,12 +306,14 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
             from fedgca.experiments import batched_executor
 
             jobs = [(c, (c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c))) for c in todo]
-            batched_executor.run_all(jobs, execute, lambda c, res: _record(ledger, finished, result, c, root,
-                                                                           len(todo), res),
-                                     stack=stack or batched_executor.DEFAULT_STACK)
+            batched_executor.run_all(jobs, execute, on_result, stack=stack or batched_executor.DEFAULT_STACK)
         else:
+            from fedgca.experiments import local_executor
+
+            jobs = [(c, run_dir(root, c), (c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c)))
+                    for c in todo]
             with bare_main():  # the pool's workers, and their replacements, never re-run the caller's script
-                _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose)
+                local_executor.run_all(jobs, execute, on_result, workers=workers, verbose=verbose, ledger=ledger)
     except KeyboardInterrupt as stop:
         raise SweepStopped(
             f"sweep {root} stopped ({stop if isinstance(stop, SweepStopped) else 'interrupted'}) after "
@@ -518,62 +352,5 @@ def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose
                          address=address, verbose=verbose, gpus_per_run=gpus_per_run)
 
 
-def _run_todo(todo, result, ledger, finished, root, workers, data_dir, verbose) -> None:
-    if int(workers) <= 0:  # in this process, one run after another (debugging; no isolation)
-        for cfg in todo:
-            _record(ledger, finished, result, cfg, root, len(todo),
-                    execute(cfg.to_dict(), str(run_dir(root, cfg)), str(root), _data_arg(data_dir, cfg)))
-        return
-
-    workers = max(1, min(int(workers), len(todo)))
-    # One thread per run, as `fedgca run` uses: a second thread bought ~6 % alone, and a sweep that took
-    # cores // workers threads beside other load (another sweep) ran ~5× slower.
-    threads = 1
-    ctx = multiprocessing.get_context("spawn")
-    pending, suspects = list(todo), []
-    while pending or suspects:
-        # A worker that dies (killed, out of memory) breaks the whole pool. Runs that had not started are
-        # submitted again; runs that were in flight are re-run one at a time in a pool of their own, and
-        # only a run that breaks its own pool is recorded as failed.
-        if pending:
-            batch, n, isolated = pending, workers, False
-        else:
-            batch, n, isolated = [suspects.pop(0)], 1, True
-        events_before = len(ledger.events())
-        broken: list[RunConfig] = []
-        pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
-                                      initializer=_worker_init, initargs=(threads, verbose))
-        try:
-            futures = {pool.submit(execute, c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c)): c
-                       for c in batch}
-            for fut in cf.as_completed(futures):
-                cfg = futures[fut]
-                try:
-                    res = fut.result()
-                except cf.process.BrokenProcessPool:
-                    broken.append(cfg)
-                    continue
-                _record(ledger, finished, result, cfg, root, len(todo), res)
-        finally:
-            # Also when every run is done: the pool replaces each worker after its run, so replacements are
-            # still importing torch here. `shutdown(wait=True)` waited seconds for them, and a SIGTERM during
-            # that wait left them orphaned (each printed a SemLock traceback); stopping them now does neither.
-            _stop_workers(pool)
-        started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
-        if broken and not started:  # the pool broke before any run started: do not loop forever
-            started = {c.key() for c in broken}
-        pending = []
-        for cfg in broken:
-            if (run_dir(root, cfg) / SUMMARY).exists():
-                _record(ledger, finished, result, cfg, root, len(todo), {"status": "finished", "recovered": True})
-            elif cfg.key() not in started:
-                pending.append(cfg)
-            elif not isolated:
-                suspects.append(cfg)
-            else:
-                _record(ledger, finished, result, cfg, root, len(todo), {
-                    "status": "failed", "error": "worker process died (killed, out of memory, or could not start)"})
-
-
-__all__ = ["EXECUTORS", "ORDERS", "Ledger", "SweepSpec", "SweepStopped", "canonical", "execute", "load_spec", "parse_spec",
-           "run_dir", "run_sweep", "status"]
+__all__ = ["EXECUTORS", "LEDGER", "OWN_DATA_KEYS", "ORDERS", "Ledger", "SweepSpec", "SweepStopped", "canonical",
+           "execute", "load_spec", "parse_spec", "run_dir", "run_sweep", "status"]

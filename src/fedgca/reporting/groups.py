@@ -63,7 +63,7 @@ class Run:
 
 
 def _config_of(summary: dict, run_path: Path) -> RunConfig:
-    from fedgca.experiments.sweep import canonical
+    from fedgca.experiments.sweep_spec import canonical
 
     cfg_file = run_path / "config.json"
     if cfg_file.exists():
