@@ -299,7 +299,7 @@ def test_a_sweep_in_progress_lists_its_unfinished_runs_and_the_scorecard_says_wh
     finished" section with the predicted work (experiments/cost.py) and the pace of its finished runs (the ledger);
     the scorecard marks the cells those runs belong to; once all finished, the list goes."""
     from fedgca.experiments import cost, sweep
-    from fedgca.reporting import scorecard
+    from fedgca.paper import scorecard
 
     grid = [canonical(RunConfig("academic", backend="kmeans", k=k, seed=s))
             for k, s in ((10, 100), (10, 200), (10, 300), (20, 100))]

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from fedgca.reporting import report, scorecard
+from fedgca.paper import scorecard
+from fedgca.reporting import report
 
 
 def _summary(root, dataset, method, seed, peak, k=10, rounds=100, partition="iid", **protocol):
@@ -101,7 +102,7 @@ def _variant_run(root, seed, opt, global_peak, local_peak):
 
 def test_variants_table_delta_and_verdicts(tmp_path):
     """Paper academic FedAvg: 64.88 ± 0.02. Global peaks 65.40 ± 0 (not consistent), local 64.87 ± 0.01."""
-    from fedgca.reporting import variants
+    from fedgca.paper import variants
 
     for seed, loc in ((100, 0.6486), (200, 0.6487), (300, 0.6488)):
         _variant_run(tmp_path, seed, "keep", 0.6540, loc)
@@ -119,7 +120,7 @@ def test_variants_table_delta_and_verdicts(tmp_path):
 def test_noniid_variants_and_the_local_epoch_diagnostic(tmp_path):
     """Non-IID runs are judged against the paper's non-IID table (academic FedAvg 62.24 ± 1.20), and the
     --eval-local-epochs rows give a peak per local epoch e; e = 3 is fabricated to sit on the paper's figure."""
-    from fedgca.reporting import variants
+    from fedgca.paper import variants
 
     for seed in (100, 200, 300):
         d = tmp_path / f"noniid-{seed}"
@@ -188,7 +189,7 @@ def test_honest_protocol_cells_and_claims(fixture_dir):
 
 def test_variants_table_of_shorter_runs(tmp_path):
     """--rounds R tabulates the runs of R rounds alone, and says the paper's figures are R = 100's."""
-    from fedgca.reporting import variants
+    from fedgca.paper import variants
 
     for seed, loc in ((100, 0.6486), (200, 0.6487), (300, 0.6488)):
         _variant_run(tmp_path, seed, "keep", 0.6540, loc)
@@ -209,7 +210,7 @@ def test_variants_table_of_shorter_runs(tmp_path):
 def test_claims_under_each_variant(tmp_path):
     """Paper academic: GCA 64.92 ahead of FedAvg 64.88. fedgca's GCA 64.92 is behind FedAvg's global peak
     (65.40: the claim is not reproduced) and ahead of its pre-aggregation peak (64.87: reproduced)."""
-    from fedgca.reporting import variants
+    from fedgca.paper import variants
 
     for seed, loc in ((100, 0.6486), (200, 0.6487), (300, 0.6488)):
         _variant_run(tmp_path, seed, "keep", 0.6540, loc)
@@ -431,7 +432,7 @@ def test_weighting_table_from_report_tables(tmp_path):
 
 
 def test_communication_table(tmp_path):
-    from fedgca.reporting.scorecard_tables import reference
+    from fedgca.paper.scorecard_tables import reference
 
     rows = []
     for d, u, up in (("academic", 390, 0.024), ("bank", 3460, 0.211)):

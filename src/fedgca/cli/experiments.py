@@ -208,7 +208,7 @@ def cmd_scorecard(args) -> int:
     import sys
     from pathlib import Path
 
-    from fedgca.reporting import scorecard
+    from fedgca.paper import scorecard
 
     if not Path(args.dir).is_dir():
         raise FileNotFoundError(f"{args.dir}: no such directory")
@@ -224,7 +224,7 @@ def cmd_scorecard(args) -> int:
                              f"{', '.join(DATASET_PRESETS)} (and without --variants)")
         variant = (name, dataset)
     if args.variants:
-        from fedgca.reporting import variants
+        from fedgca.paper import variants
 
         out = variants.write_variants(args.dir, args.out, args.rounds or scorecard.ROUNDS)
     else:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedgca.training.loop import ClientShards, HandDifferentiated, run_epoch
+from fedgca.training.loop import ClientShards, run_epoch
 from fedgca.training.stacked import StackedModels
 
 

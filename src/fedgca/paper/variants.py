@@ -32,8 +32,9 @@ import numpy as np
 
 from fedgca import methods
 from fedgca.config import RunConfig
-from fedgca.reporting import scorecard, tables
-from fedgca.reporting.scorecard import ROUNDS, paper_tables
+from fedgca.paper import scorecard
+from fedgca.paper.scorecard import ROUNDS, paper_tables
+from fedgca.reporting import tables
 from fedgca.tabletext import dicts_csv, markdown
 
 FIELDS = ["dataset", "partition", "method", "evaluation", "optimizer_state", "threshold", "rounds", "seeds", "mean", "std",
@@ -94,7 +95,7 @@ def paper_cells(partition: str) -> dict[tuple[str, str], tuple[float, float]]:
     """{(dataset, method): (mean, std)} of the paper's table for this setting (packaged reference data)."""
     if partition == "iid":
         return paper_tables()[0]
-    from fedgca.reporting.scorecard_tables import reference
+    from fedgca.paper.scorecard_tables import reference
 
     return {(r["dataset"], r["method"]): (float(r["mean"]), float(r["std"])) for r in reference("noniid_accuracy")}
 
@@ -229,7 +230,7 @@ def claim_rows(root, rows: list[dict], rounds: int = ROUNDS) -> list[dict]:
 
 def _noniid_gca(runs: list[dict], rounds: int) -> dict[str, float]:
     """GCA's non-IID cells (the paper's K = 10, GMM, inverse weights; 3 seeds): {dataset: mean peak %}."""
-    from fedgca.reporting.scorecard_tables import NONIID_K
+    from fedgca.paper.scorecard_tables import NONIID_K
 
     by = defaultdict(list)
     for r in runs:

@@ -10,7 +10,7 @@
 
 Each cell: paper, fedgca, Δ and the same verdicts as the IID table (``verdicts.verdict``), or "not
 run". The claims of the paper's text about these tables are checked in :func:`claims`. The paper's
-figures (``paper_reference/``) are the target of the comparison only.
+figures (``published/``) are the target of the comparison only.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from fedgca import methods
 from fedgca.config import BACKENDS, K_GRID
+from fedgca.paper.verdicts import fmt_cell, tolerance, with_note
 from fedgca.reporting import tables
 from fedgca.reporting.groups import BACKEND_LABELS, k_star_of
-from fedgca.reporting.verdicts import fmt_cell, tolerance, with_note
 from fedgca.tabletext import markdown
 
 NONIID_K = 10  # the paper's non-IID K* on every dataset (its non-IID sweep is flat in K)
@@ -32,8 +32,8 @@ NONIID_METHODS = ("gca", "fedavg", "fedprox", "fednova", "dpfedavg")
 
 
 def reference(name: str) -> list[dict]:
-    """One of the packaged reference tables (``paper_reference/NAME.csv``) as rows."""
-    ref = resources.files("fedgca.reporting") / "paper_reference" / f"{name}.csv"
+    """One of the packaged reference tables (``published/NAME.csv``) as rows."""
+    ref = resources.files("fedgca.paper") / "published" / f"{name}.csv"
     return list(csv.DictReader(io.StringIO(ref.read_text())))
 
 
