@@ -9,14 +9,14 @@ from fedgca.config import RunConfig
 from fedgca.detector import AnomalyDetector, load_client_detector, save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients
 from fedgca.models import init_model
+from fedgca.simulation.base import simulator
 from fedgca.simulation.federation import build_federation
-from fedgca.simulation.registry import method_class
 
 
 def test_saved_threshold_equals_the_evaluations(tmp_path, data_dir):
     cfg = RunConfig(dataset="academic", clients=4, rounds=1)
     fed = build_federation(cfg, data_dir)
-    method = method_class("gca")(fed)
+    method = simulator("gca")(fed)
     save_client_detectors(tmp_path, fed, method)
     res = evaluate_clients(fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, cfg.resolved().quantile)
     for i in range(4):
@@ -30,7 +30,7 @@ def test_load_client_detector_checks_the_manifest(tmp_path, data_dir):
 
     cfg = RunConfig(dataset="academic", clients=2, rounds=1)
     fed = build_federation(cfg, data_dir)
-    rundir.record(tmp_path, *save_client_detectors(tmp_path, fed, method_class("gca")(fed)))
+    rundir.record(tmp_path, *save_client_detectors(tmp_path, fed, simulator("gca")(fed)))
     assert load_client_detector(tmp_path, 1).threshold_ is not None
     model = tmp_path / "clients" / "client_001" / "model.pt"
     model.write_bytes(model.read_bytes()[:-10])

@@ -1,15 +1,14 @@
 """The methods fedgca runs, registered once: every list of methods in the package is read from here.
 
-A method is declared by one ``MethodSpec`` line below and implemented by one
-simulator class (``simulator``: "module:Class", imported only when a run
-needs it). The CLI's choices, the sweep's canonical keys (which options a
-method reads), the report's column order and labels, the attack's threat
-model and the Flower apps' support all come from this table; adding a method
-is one implementation file plus one ``register`` line.
+A method is declared by one ``MethodSpec`` line below, with the traits callers ask about (pools the clients'
+rows, a client loss term, shares parameters, record-level DP, runs on Flower, which attack applies), and
+implemented by one simulator class that registers itself for it (``fedgca.simulation.base.simulates``). The
+CLI's choices, the sweep's canonical keys (which options a method reads), the report's column order and labels,
+the attack's threat model and the Flower apps' support all come from this table; adding a method is one
+implementation file plus one ``register`` line.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 # Options every method reads: they define the setting a method runs in.
@@ -28,21 +27,23 @@ class MethodSpec:
     label: str  # as the paper's tables print it
     family: str  # "single-site" | "parameter-sharing" | "gca"
     reads: frozenset  # RunConfig fields it reads besides COMMON
-    simulator: str  # "module:Class" of its SimMethod
     flower: bool  # runs as a Flower ServerApp/ClientApp pair
     attack: str | None  # SPEC §6 threat model: "white-box" (parameters), "latent" (codes), None (nothing sent)
     paper_phase: str = "round"  # the metric rows the paper's peak is taken over
     server_rule: str | None = None  # parameter sharing: the rule of ``protocol.server_rules``
     record_dp: bool = False  # local training is DP-SGD and everything released is accounted (``fedgca.privacy``)
     in_paper: bool = True  # one of the paper's seven methods (``compare``'s default set)
+    pooled: bool = False  # one model trained on every client's rows together (a reference, not a federation)
+    client_term: str | None = None  # what a client adds to L_recon: "proximal" (FedProx's c·||θ − θ^(r)||²)
 
     @property
     def options(self) -> frozenset:
         return COMMON | self.reads
 
-    def simulator_class(self):
-        module, _, cls = self.simulator.partition(":")
-        return getattr(importlib.import_module(module), cls)
+    @property
+    def alone(self) -> bool:
+        """Each client trains its own model and sends nothing (Single-Client)."""
+        return self.family == "single-site" and not self.pooled
 
 
 REGISTRY: dict[str, MethodSpec] = {}
@@ -86,26 +87,20 @@ def names(family: str | None = None, *, flower: bool | None = None, attack: bool
                  and (in_paper is None or s.in_paper == in_paper))
 
 
-_BASELINES = "fedgca.simulation.baselines"
 # In the paper's table order: single-site references, parameter sharing, GCA.
-register(MethodSpec("single", "Single-Client", "single-site", _LOCAL, f"{_BASELINES}:SingleClientSimulation",
-                    flower=True, attack=None))
-register(MethodSpec("centralized", "Centralized", "single-site", _LOCAL, f"{_BASELINES}:CentralizedSimulation",
-                    flower=False, attack=None))
-register(MethodSpec("fedavg", "FedAvg", "parameter-sharing", _SHARING, f"{_BASELINES}:FedAvgSimulation",
-                    flower=True, attack="white-box", server_rule="fedavg"))
-register(MethodSpec("fedprox", "FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"},
-                    f"{_BASELINES}:FedAvgSimulation", flower=True, attack="white-box", server_rule="fedavg"))
-register(MethodSpec("fednova", "FedNova", "parameter-sharing", _SHARING, f"{_BASELINES}:FedAvgSimulation",
-                    flower=True, attack="white-box", server_rule="fednova"))
+register(MethodSpec("single", "Single-Client", "single-site", _LOCAL, flower=True, attack=None))
+register(MethodSpec("centralized", "Centralized", "single-site", _LOCAL, flower=False, attack=None, pooled=True))
+register(MethodSpec("fedavg", "FedAvg", "parameter-sharing", _SHARING, flower=True, attack="white-box",
+                    server_rule="fedavg"))
+register(MethodSpec("fedprox", "FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"}, flower=True,
+                    attack="white-box", server_rule="fedavg", client_term="proximal"))
+register(MethodSpec("fednova", "FedNova", "parameter-sharing", _SHARING, flower=True, attack="white-box",
+                    server_rule="fednova"))
 register(MethodSpec("dpfedavg", "DP-FedAvg", "parameter-sharing", _SHARING | {"dp_clip", "dp_sigma", "dp_delta"},
-                    f"{_BASELINES}:DPFedAvgSimulation", flower=True, attack="white-box", server_rule="dpfedavg"))
-register(MethodSpec("gca", "GCA", "gca", _GCA, "fedgca.simulation.gca:GCASimulation", flower=True, attack="latent",
-                    paper_phase="recon"))
+                    flower=True, attack="white-box", server_rule="dpfedavg"))
+register(MethodSpec("gca", "GCA", "gca", _GCA, flower=True, attack="latent", paper_phase="recon"))
 # Beyond the paper: record-level DP (docs/DP.md), DP-GCA and its matched parameter-sharing baseline.
-register(MethodSpec("dpsgd-fedavg", "DP-SGD-FedAvg", "parameter-sharing", _SHARING | _RECORD_DP,
-                    f"{_BASELINES}:FedAvgSimulation", flower=True, attack="white-box", server_rule="fedavg",
-                    record_dp=True, in_paper=False))
-register(MethodSpec("dpgca", "DP-GCA", "gca", _GCA | _RECORD_DP | {"dp_code_clip", "dp_code_sigma"},
-                    "fedgca.simulation.gca:GCASimulation", flower=True, attack="latent", paper_phase="recon",
-                    record_dp=True, in_paper=False))
+register(MethodSpec("dpsgd-fedavg", "DP-SGD-FedAvg", "parameter-sharing", _SHARING | _RECORD_DP, flower=True,
+                    attack="white-box", server_rule="fedavg", record_dp=True, in_paper=False))
+register(MethodSpec("dpgca", "DP-GCA", "gca", _GCA | _RECORD_DP | {"dp_code_clip", "dp_code_sigma"}, flower=True,
+                    attack="latent", paper_phase="recon", record_dp=True, in_paper=False))

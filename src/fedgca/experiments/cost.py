@@ -62,9 +62,9 @@ def round_parts(cfg: RunConfig, s: Sizes) -> dict[str, float]:
                 "local": 0,
                 "eval": (cfg.recon_epochs + 1) * every_model + align_evals * align_eval}
     local = cfg.local_epochs * 6 * F * N
-    if cfg.method == "single":
+    if spec.alone:
         return {"recon": 0, "align": 0, "local": local, "eval": every_model}
-    if cfg.method == "centralized":
+    if spec.pooled:
         return {"recon": 0, "align": 0, "local": local, "eval": one_model}
     share = num_participants(cfg.participation, C) / C
     local_evals = (cfg.baseline_eval == "local") + (cfg.local_epochs if cfg.eval_local_epochs else 0)

@@ -34,7 +34,7 @@ def canonical(cfg: RunConfig) -> RunConfig:
         keep |= {"data_digest", "clients", "rho", "partition", "small_sites"}
         defaults = dataclasses.replace(defaults, k=DEFAULT_K)
     values = {f.name: getattr(cfg if f.name in keep else defaults, f.name) for f in dataclasses.fields(RunConfig)}
-    if cfg.method == "fedprox" and cfg.fedprox_coef == effective_coefficient(cfg.fedprox_mu, cfg.batch_size):
+    if methods.get(cfg.method).client_term == "proximal" and cfg.fedprox_coef == effective_coefficient(cfg.fedprox_mu, cfg.batch_size):
         values["fedprox_coef"] = None  # the derived default, not an override
     return RunConfig(**values).resolved()
 

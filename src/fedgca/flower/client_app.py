@@ -203,7 +203,7 @@ def train(msg: Message, context: Context) -> Message:
     cfg, node = _node(msg, context)
     if methods.is_gca(cfg.method):
         return _gca_train(msg, context, cfg, node)
-    if cfg.method == "single":
+    if methods.get(cfg.method).alone:
         return _single_train(msg, context, cfg, node)
     return _local_train(msg, context, cfg, node)
 

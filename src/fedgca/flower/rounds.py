@@ -190,11 +190,12 @@ def run_baseline(server: FlowerServer) -> dict:
             "phase_seconds": {"train": round(t1 - t0, 4), "evaluate": round(t2 - t1, 4)},
         })
     extra = {"server_rule": "fedgca.protocol.server_rules (the simulator's)"}
-    if cfg.method == "dpfedavg":
+    spec = methods.get(cfg.method)
+    if spec.server_rule == "dpfedavg":
         extra["dp"] = dpfedavg.accounting_record(
             sigma=cfg.dp_sigma, clip=cfg.dp_clip, delta=cfg.dp_delta, rounds=cfg.rounds, clients=cfg.clients,
             participants=sampling.num_participants(cfg.participation, cfg.clients), clip_norms=clip_norms)
-    if cfg.method == "fedprox":
+    if spec.client_term == "proximal":
         extra["fedprox"] = {"mu": cfg.fedprox_mu, "effective_coef": cfg.fedprox_coef,
                             "relation": "c = μ / (2B) (fedgca.protocol.fedprox); the client adds c·||θ − θ^(r)||²"}
     return extra

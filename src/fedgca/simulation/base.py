@@ -6,6 +6,8 @@ from typing import Callable
 
 import torch
 
+from fedgca import methods
+
 EvaluateFn = Callable[[str, int], None]  # (phase, epoch) → records a metrics row
 
 
@@ -18,6 +20,33 @@ class CommRecord:
     uploads: int  # GCA: number of codes; parameter-sharing methods: number of models
     participants: list[int]
     extra: dict = field(default_factory=dict)
+
+
+_SIMULATORS: dict[str, type] = {}
+
+
+def simulates(*names: str):
+    """Class decorator: this SimMethod implements these registered methods in the simulator."""
+    def bind(cls):
+        for name in names:
+            methods.get(name)  # a registered method
+            if name in _SIMULATORS:
+                raise ValueError(f"method {name!r} has two simulator classes")
+            _SIMULATORS[name] = cls
+        return cls
+
+    return bind
+
+
+def simulator(name: str) -> type["SimMethod"]:
+    """The simulator class of a registered method."""
+    import fedgca.simulation.baselines  # noqa: F401 — the implementations register themselves on import
+    import fedgca.simulation.gca  # noqa: F401
+
+    methods.get(name)
+    if name not in _SIMULATORS:
+        raise ValueError(f"method {name!r} has no simulator class")
+    return _SIMULATORS[name]
 
 
 class SimMethod:

@@ -15,7 +15,7 @@ from fedgca import devices, methods, privacy
 from fedgca.devices import to_numpy
 from fedgca.protocol import dpfedavg, server_rules
 from fedgca.protocol.sampling import num_participants
-from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
+from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod, simulates
 from fedgca.training.local import client_loss_term, local_training
 from fedgca.training.loop import ClientShards
 
@@ -26,6 +26,7 @@ def _pool(shards: ClientShards) -> ClientShards:
     return ClientShards.from_arrays([rows], device=shards.device)
 
 
+@simulates("single")
 class SingleClientSimulation(SimMethod):
     """Each client trains alone (R × local epochs in total); nothing is communicated."""
 
@@ -35,6 +36,7 @@ class SingleClientSimulation(SimMethod):
         return CommRecord(0, 0, 0, [int(i) for i in torch.nonzero(part).flatten()])
 
 
+@simulates("centralized")
 class CentralizedSimulation(SimMethod):
     """One autoencoder on the pooled training normals; a reference, not a federation."""
 
@@ -56,6 +58,7 @@ class CentralizedSimulation(SimMethod):
         return self.pooled_val  # its validation error and --threshold val-quantile: all validation rows
 
 
+@simulates("fedavg", "fedprox", "fednova", "dpsgd-fedavg")
 class FedAvgSimulation(SimMethod):
     """Clients start each round from the global model, train locally, upload parameters.
 
@@ -118,6 +121,7 @@ class FedAvgSimulation(SimMethod):
             self.last_upload, self.last_upload_round = state["last_upload"], state["last_upload_round"]
 
 
+@simulates("dpfedavg")
 class DPFedAvgSimulation(FedAvgSimulation):
     """FedAvg with DP-FedAvg's server rule; it also reports the accounting and how often updates were clipped."""
 

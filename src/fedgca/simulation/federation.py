@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedgca import devices
+from fedgca import devices, methods
 from fedgca.config import RunConfig
 from fedgca.data import load_dataset
 from fedgca.data.dataset import FederatedDataset
@@ -65,12 +65,12 @@ def memory_estimate(cfg: RunConfig, input_shape: tuple[int, ...], shard_sizes: l
     evaluation holds every client's test scores in float32 and, for AUROC/AUPRC, about four
     float64-sized working copies.
     """
-    n_models = 1 if cfg.method == "centralized" else cfg.clients
+    n_models = 1 if methods.get(cfg.method).pooled else cfg.clients
     row = math.prod(input_shape)
     params = param_count(build_model(input_shape))
     models = MODEL_BYTES_PER_PARAMETER * params * n_models
     shards = 4 * row * n_models * max(shard_sizes) * (2 if cfg.val_fraction > 0 else 1)
-    if cfg.method == "centralized":
+    if methods.get(cfg.method).pooled:
         shards += 4 * row * sum(shard_sizes)
     scores = (4 + 4 * 8) * n_models * (n_test + max(shard_sizes))
     return int(models + shards + 4 * row * n_test + scores)
@@ -104,7 +104,7 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
     parts, val = split_validation(partition_rows(cfg, dataset.train, dataset.sites, dataset.site_names),
                                   cfg.val_fraction, cfg.seed)
     check_memory(cfg, dataset.input_shape, [len(p) for p in parts], len(dataset.test_x))
-    n_models = 1 if cfg.method == "centralized" else cfg.clients
+    n_models = 1 if methods.get(cfg.method).pooled else cfg.clients
     device = devices.resolve(cfg.device)
     models = [init_model(cfg.seed, dataset.input_shape, i) for i in range(n_models)]
     adam = AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma)
@@ -115,7 +115,7 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
         log.warning("%s", few)
     client_tests = None
     if dataset.test_sites is not None:  # client i is site i: the natural partition without dropped or merged sites
-        if cfg.method == "centralized":
+        if methods.get(cfg.method).pooled:
             raise ValueError("the per-site test split evaluates each site's own model on its own rows; "
                              "Centralized trains one model on pooled rows: use another --test-split")
         if cfg.partition != "natural" or cfg.small_sites == "merge":

@@ -7,10 +7,11 @@ from fedgca import privacy, seeding
 from fedgca.devices import to_numpy
 from fedgca.protocol import gca
 from fedgca.protocol.clustering import ClusterSummary
-from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod
+from fedgca.simulation.base import CommRecord, EvaluateFn, SimMethod, simulates
 from fedgca.training import gca as gca_training
 
 
+@simulates("gca", "dpgca")
 class GCASimulation(SimMethod):
     """Clients keep their own models; only codes go up, centroids and counts come down."""
 

@@ -17,8 +17,8 @@ from fedgca.evaluation.selection import validation_selected
 from fedgca.protocol.gca import upload_size
 from fedgca.protocol.sampling import num_participants
 from fedgca.rundir import CHECKPOINT, RunFileError
+from fedgca.simulation.base import simulator
 from fedgca.simulation.federation import Federation, build_federation
-from fedgca.simulation.registry import method_class
 from fedgca.simulation.reporting import summarise
 
 log = logging.getLogger("fedgca")
@@ -46,7 +46,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     _check_existing(out, cfg, resume)
     ckpt = _read_checkpoint(out) if resume and (out / CHECKPOINT).exists() else None
     fed = fed or build_federation(cfg, data_dir, dataset)
-    method = method_class(cfg.method)(fed)
+    method = simulator(cfg.method)(fed)
     k_note = _effective_k_note(cfg, fed)
     if broker is not None:
         broker.attach(fed.clients)
