@@ -272,7 +272,7 @@ def _own_data(tmp_path, data_dir, n_nodes=3, rows=500):
 
 
 def test_own_data_preprocessing_equals_pooled_fit(tmp_path, data_dir):
-    from fedgca.data.tabular import TabularPreprocessor
+    from fedgca.data.tabular import TabularPreprocessor, fit_from_stats, local_stats
 
     raw, nodes = _own_data(tmp_path, data_dir)
     schema = owndata.Schema.load(tmp_path / "schema.json")
@@ -281,9 +281,9 @@ def test_own_data_preprocessing_equals_pooled_fit(tmp_path, data_dir):
         X, y = owndata.read_rows(nc["data-path"], schema)
         tr, ev = owndata.eval_split(len(X), schema.eval_fraction, 100, i)
         frames.append(X.iloc[tr])
-        stats.append(owndata.local_stats(owndata.encode(X.iloc[tr], schema)))
+        stats.append(local_stats(owndata.encode(X.iloc[tr], schema)))
         assert set(stats[-1]) == {"n", "mean", "m2"}  # all a node shares
-    fed = owndata.fit_from_stats(schema, stats)
+    fed = fit_from_stats(schema, stats)
     pooled = TabularPreprocessor(schema.corr_threshold).fit(pd.concat(frames).reset_index(drop=True))
     assert fed.kept_columns_ == pooled.kept_columns_ and fed.dropped_columns_ == pooled.dropped_columns_
     np.testing.assert_allclose(fed.mean_, pooled.mean_, rtol=1e-10)

@@ -51,10 +51,9 @@ def load_data(data, schema=None, *, label: str | None = None, normal=None, anoma
         path = Path(data)
         if schema is None and label is not None:
             if path.is_dir():
-                first = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-                if not first:
-                    raise DataError(f"{path}: no files")
-                schema, _ = infer_schema(first[0], label=label, normal=_need(normal, "normal"), anomaly=anomaly)
+                from fedgca.data.table import site_files
+
+                schema, _ = infer_schema(site_files(path)[0], label=label, normal=_need(normal, "normal"), anomaly=anomaly)
             else:
                 schema, _ = infer_schema(path, label=label, normal=_need(normal, "normal"), anomaly=anomaly, site=site)
         from fedgca.sources import open_source

@@ -38,7 +38,9 @@ def open_source(path, schema=None, *, test_file=None, test_split: str | None = N
 
 
 def _array_dir(p: Path) -> bool:
-    return p.is_dir() and all(f.suffix.lower() in (".mat", ".npz") for f in p.iterdir() if f.is_file())
+    from fedgca.data.table import site_files
+
+    return p.is_dir() and all(f.suffix.lower() in (".mat", ".npz") for f in site_files(p, required=False))
 
 
 _SAID: set[str] = set()

@@ -7,6 +7,8 @@ from pathlib import Path
 
 
 def register(sub) -> None:
+    from fedgca.data.schema import SPLIT_RULES
+
     p = sub.add_parser("schema", help="write the schema of a table: inferred from a file, or a built-in dataset's")
     ssub = p.add_subparsers(dest="schema_command", required=True)
     i = ssub.add_parser("infer", help="infer a schema from a CSV/TSV/Parquet file (numeric vs categorical, "
@@ -18,7 +20,7 @@ def register(sub) -> None:
     i.add_argument("--site", help="a column naming each row's site (--partition natural: one client per site)")
     i.add_argument("--exclude", default="", help="columns to leave out, comma-separated (identifiers, leaks)")
     i.add_argument("--sep", help="field separator [default: sniffed from the header line]")
-    i.add_argument("--test-split", choices=("balanced", "balanced-tail", "per-site"), help="[default: balanced]")
+    i.add_argument("--test-split", choices=SPLIT_RULES, help=f"[default: {SPLIT_RULES[0]}]")
     i.add_argument("--out", help="schema file to write [default: stdout]")
     i.set_defaults(func=cmd_infer)
     s = ssub.add_parser("show", help="a built-in tabular dataset's schema (its preset, as own data would use it)")

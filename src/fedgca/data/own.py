@@ -36,9 +36,12 @@ from .schema import CATEGORICAL, NUMERIC, Feature, Schema
 from .table import (
     ARRAY_FILES,
     RawTable,
+    file_label,
     read_directory,
     read_file,
     read_training_file,
+    require_file,
+    site_files,
     table_from_arrays,
     table_from_frame,
 )
@@ -71,7 +74,7 @@ class DataSource:
         if self.name:
             return self.name
         if self.path:
-            return Path(self.path).name.split(".")[0] or "data"
+            return file_label(self.path) or "data"
         return "data"
 
     def digest(self) -> str:
@@ -159,7 +162,7 @@ def _digest(src: DataSource) -> str:
                 h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
         return h.hexdigest()[:16]
     path = Path(src.path)
-    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    files = site_files(path, required=False) if path.is_dir() else [path]
     if src.test_path:
         files.append(Path(src.test_path))
     for p in files:
@@ -299,7 +302,7 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         y_test = test.labels.iloc[test_rows]
         rule = f"provided {', '.join(test.files)}, all rows"
         files = [*table.files, *test.files]
-        categories = pre._categories(table.features, columns, train_rows)
+        categories = pre.category_lists(table.features, columns, train_rows)
         X_train = take_rows(_encoded(table, columns, categories), train_rows)
         X_test = encode_columns(test.features.iloc[test_rows], columns, categories)
     else:
@@ -314,7 +317,7 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         y_test = table.labels.iloc[test_rows]
         files = list(table.files)
         # encode every row once, then split the matrix (no copy of the raw frame, no second encoding pass)
-        categories = pre._categories(table.features, columns, train_rows)
+        categories = pre.category_lists(table.features, columns, train_rows)
         X_all = _encoded(table, columns, categories)
         X_test = X_all[test_rows]
         X_train = take_rows(X_all, train_rows)
@@ -537,10 +540,7 @@ def infer_schema(data, *, label: str | None, normal, anomaly=None, site: str | N
 
 def _read_text_frame(path: Path, sep: str | None):
     """The file as text cells (for inference), with its separator sniffed from the header line."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    if path.stat().st_size == 0:
-        raise DataError(f"{path}: file is empty")
+    require_file(path)
     if path.suffix.lower() in (".parquet", ".pq"):
         return pd.read_parquet(path), None
     if sep is None:

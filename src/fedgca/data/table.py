@@ -23,7 +23,7 @@ import numpy as np
 from fedgca.lazyimport import LazyModule
 
 from .paths import DataError
-from .schema import CATEGORICAL, MISSING_CATEGORY, NUMERIC, CsvLayout, Feature, Schema
+from .schema import CATEGORICAL, MISSING_CATEGORY, MISSING_TOKENS, NUMERIC, CsvLayout, Feature, Schema
 
 pd = LazyModule("pandas")  # imported when a table is read (fedgca.lazyimport)
 
@@ -146,7 +146,7 @@ def _csv_kwargs(schema: Schema, path: Path, require_label: bool) -> dict[str, An
     return dict(sep=csv.sep, header=header, names=names, usecols=usecols, dtype=dtype,
                 index_col=False, encoding=csv.encoding, comment=csv.comment,
                 skipinitialspace=csv.skipinitialspace, keep_default_na=False,
-                na_values=["", "NA", "NaN", "nan", "N/A", "n/a", "NULL", "null"])
+                na_values=list(MISSING_TOKENS))
 
 
 def _can_use_arrow(schema: Schema) -> bool:
@@ -171,10 +171,7 @@ def read_csv(path: Path, schema: Schema, require_label: bool = True) -> "pd.Data
     the layout allows, else pandas' C parser). Only when that fails is the file re-read as text
     to find the first offending cell, its line and how many rows share the problem.
     """
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    if path.stat().st_size == 0:
-        raise DataError(f"{path}: file is empty")
+    require_file(path)
     if not schema.csv.header:
         _check_separator(path, schema)
     try:
@@ -207,9 +204,6 @@ def read_csv(path: Path, schema: Schema, require_label: bool = True) -> "pd.Data
     return df
 
 
-_NA_TOKENS = {"", "nan", "na", "n/a", "null", "none", "-nan"}
-
-
 def _diagnose_numeric(path: Path, schema: Schema, kwargs: dict) -> None:
     """Re-read as text and raise a DataError naming the first unparsable numeric cell."""
     kw = dict(kwargs, dtype=str, keep_default_na=False, na_values=None, na_filter=False)
@@ -220,7 +214,7 @@ def _diagnose_numeric(path: Path, schema: Schema, kwargs: dict) -> None:
         if col not in text.columns:
             continue
         vals = text[col].astype(str).str.strip()
-        bad = pd.to_numeric(vals, errors="coerce").isna().to_numpy() & ~vals.str.lower().isin(_NA_TOKENS).to_numpy()
+        bad = pd.to_numeric(vals, errors="coerce").isna().to_numpy() & ~vals.isin(MISSING_TOKENS).to_numpy()
         rows = np.flatnonzero(bad)
         if rows.size and (first is None or rows[0] < first[0]):
             first = (int(rows[0]), col, vals.iloc[rows[0]], int(rows.size))
@@ -367,10 +361,7 @@ def table_from_arrays(X, y=None, sites=None, *, names: list[str] | None = None, 
 def read_array_file(path: Path, schema: Schema | None = None, *, require_label: bool = True) -> RawTable:
     """ODDS ``.mat`` (MATLAB v5; v7.3 is HDF5, which scipy does not read) or ADBench ``.npz`` (X, y; rows to
     score need only X)."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    if path.stat().st_size == 0:
-        raise DataError(f"{path}: file is empty")
+    require_file(path)
     if path.suffix == ".npz":
         try:
             with np.load(path, allow_pickle=False) as f:
@@ -476,14 +467,13 @@ def _stream_csv(path: Path, schema: Schema) -> RawTable | None:
     _check_columns(path, schema, list(raw_names), True)
     text = set(schema.categorical) | {schema.label, schema.site} - {None}
     wanted = schema.read_columns
-    nulls = ["", "NA", "NaN", "nan", "N/A", "n/a", "NULL", "null"]
     try:
         reader = pacsv.open_csv(
             path, read_options=pacsv.ReadOptions(block_size=STREAM_BLOCK),
             parse_options=pacsv.ParseOptions(delimiter=schema.csv.sep),
             convert_options=pacsv.ConvertOptions(
                 column_types={raw_names[c]: pa.string() if c in text else pa.float64() for c in wanted},
-                include_columns=[raw_names[c] for c in wanted], null_values=nulls, strings_can_be_null=True))
+                include_columns=[raw_names[c] for c in wanted], null_values=list(MISSING_TOKENS), strings_can_be_null=True))
         columns = schema.columns
         numeric = [(j, raw_names[c]) for j, c in enumerate(columns) if c not in text]
         X, n, strings = None, 0, {c: [] for c in wanted if c in text}
@@ -521,10 +511,26 @@ def _stream_csv(path: Path, schema: Schema) -> RawTable | None:
     return RawTable(frame[list(schema.categorical)], labels, sites, [path.name], schema, matrix=X)
 
 
-def site_files(directory: Path) -> list[Path]:
-    """The per-site files of a directory: every regular, non-hidden file, sorted by name."""
-    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
-    if not files:
+def require_file(path: Path) -> None:
+    """One line for a data file that is not there or holds nothing (every reader checks this first)."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: file is empty")
+
+
+def file_label(path) -> str:
+    """A file's name without its suffixes ("site-a.csv.gz" → "site-a"): a per-site file's site, a data file's
+    dataset name."""
+    return Path(path).name.split(".")[0]
+
+
+def site_files(directory: Path, *, required: bool = True) -> list[Path]:
+    """The per-site files of a directory: every regular, non-hidden file, sorted by name (``required``: none is an
+    error). Every reader of a per-site directory — the loader, the content digest, schema inference, the Flower
+    nodes — takes its files from here."""
+    files = sorted(p for p in Path(directory).iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files and required:
         raise DataError(f"{directory}: no files (a per-site directory holds one data file per site)")
     return files
 
@@ -536,7 +542,7 @@ def read_directory(directory: Path, schema: Schema | None, *, exclude: tuple[str
         if p.name in exclude:
             continue
         t = read_file(p, schema)
-        t.sites = pd.Series([p.name.split(".")[0]] * len(t), dtype=object)
+        t.sites = pd.Series([file_label(p)] * len(t), dtype=object)
         parts.append(t)
     if not parts:
         raise DataError(f"{directory}: no data files besides {', '.join(exclude)}")

@@ -144,11 +144,11 @@ class TabularPreprocessor:
 
     def fit(self, df: pd.DataFrame) -> TabularPreprocessor:
         columns = [str(c) for c in df.columns]
-        categories = self._categories(df, columns, np.arange(len(df)))
+        categories = self.category_lists(df, columns, np.arange(len(df)))
         self._fit_encoded(encode_columns(df, columns, categories), columns, categories)
         return self
 
-    def _categories(self, df: pd.DataFrame, columns: list[str], rows: np.ndarray) -> dict[str, list[str]]:
+    def category_lists(self, df: pd.DataFrame, columns: list[str], rows: np.ndarray) -> dict[str, list[str]]:
         """Each categorical (non-numeric) column's list: the schema's, else the sorted values of ``rows``."""
         fixed = self.categories or {}
         out = {}

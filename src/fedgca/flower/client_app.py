@@ -28,6 +28,7 @@ from flwr.clientapp import ClientApp
 
 from fedgca import devices, methods, privacy, seeding
 from fedgca.config import ABLATION_CLIENT
+from fedgca.data.tabular import local_stats
 from fedgca.evaluation.metrics import (
     evaluate_clients,
     quantile_threshold,
@@ -185,7 +186,7 @@ def stats(msg: Message, context: Context) -> Message:
     min_rows = int(nc.get("stats-min-rows", owndata.DEFAULT_STATS_MIN_ROWS))
     if len(X) < min_rows:
         raise RuntimeError(f"refusing to share statistics of {len(X)} rows (stats-min-rows = {min_rows})")
-    return _reply(msg, **{STATS: array_record(owndata.local_stats(X))})
+    return _reply(msg, **{STATS: array_record(local_stats(X))})
 
 
 @app.query("setup")

@@ -48,13 +48,7 @@ from fedgca import seeding
 from fedgca.data.paths import DataError
 from fedgca.data.schema import Schema
 from fedgca.data.table import read_file
-from fedgca.data.tabular import (  # noqa: F401  (the federated fit lives with the pooled one; re-exported)
-    TabularPreprocessor,
-    encode_columns,
-    fit_from_stats,
-    local_stats,
-    pool_stats,
-)
+from fedgca.data.tabular import encode_columns
 from fedgca.lazyimport import LazyModule
 
 pd = LazyModule("pandas")  # imported when a CSV is read (fedgca.lazyimport)

@@ -36,6 +36,7 @@ from flwr.serverapp import Grid
 
 from fedgca import methods, privacy, runrecord
 from fedgca.config import ABLATION_CLIENT, RunConfig
+from fedgca.data.tabular import fit_from_stats
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
 from fedgca.flower.config import FlowerOptions
@@ -226,7 +227,7 @@ class FlowerServer:
         node = next(iter(infos))
         schema = owndata.require_category_lists(
             owndata.Schema.from_dict(json.loads(infos[node]["schema"]), f"schema of node {node}"), f"schema of node {node}")
-        pre = owndata.fit_from_stats(schema, stats)
+        pre = fit_from_stats(schema, stats)
         self.preprocessor = pre.to_dict()
         self.rec.write("preprocessor.json", self.preprocessor)
         setup = ConfigRecord({"json": json.dumps(self.preprocessor)})

@@ -41,7 +41,7 @@ def own_data_nodes(source, out_dir) -> dict[int, dict]:
     """Node configs for own data in a directory of per-site files: node i reads site file i (sites in the
     order the simulator numbers them, sorted by name) with the run's schema, written to ``out_dir/schema.json``
     (so a --test-split given on the command line reaches the nodes too)."""
-    from fedgca.data.table import site_files
+    from fedgca.data.table import file_label, site_files
 
     path = Path(source.path or "")
     if not path.is_dir() or source.schema is None:
@@ -54,7 +54,7 @@ def own_data_nodes(source, out_dir) -> dict[int, dict]:
     schema_path = Path(out_dir) / "schema.json"
     schema_path.parent.mkdir(parents=True, exist_ok=True)
     source.schema.save(schema_path)
-    files = sorted(site_files(path), key=lambda p: p.name.split(".")[0])
+    files = sorted(site_files(path), key=file_label)
     if source.schema.test_file:
         files = [f for f in files if f.name != source.schema.test_file]
     return {i: {"data-path": str(f.resolve()), "schema-path": str(schema_path.resolve()), "client-id": i}
