@@ -59,10 +59,7 @@ def load_data(data, schema=None, *, label: str | None = None, normal=None, anoma
         from fedgca.sources import open_source
 
         return open_source(path, schema, test_file=test_file, test_split=test_split, name=name)
-    if schema is not None and (test_split or test_file):
-        src = dataclasses.replace(src, schema=src.schema.with_test(test_split, test_file and Path(test_file).name),
-                                  test_path=None if test_file is None else str(test_file))
-    return src
+    return src.with_test(test_split, test_file)
 
 
 def _need(value, what: str):

@@ -30,11 +30,7 @@ def open_source(path, schema=None, *, test_file=None, test_split: str | None = N
     if schema is None and Path(path).suffix.lower() not in (".mat", ".npz") and not _array_dir(Path(path)):
         raise DataError(f"{path}: a schema is needed (--schema S.json; `fedgca schema infer {Path(path).name} "
                         "--label COLUMN --normal VALUE` writes one)")
-    if schema is not None and (test_file is not None or test_split is not None):
-        schema = schema.with_test(test_split, None if test_file is None else Path(test_file).name)
-    if test_file is not None and schema is None:
-        raise DataError("--test-file needs a schema (an X/y file's test rows come from its own split)")
-    return DataSource(str(path), schema, name=name, test_path=None if test_file is None else str(test_file))
+    return DataSource(str(path), schema, name=name).with_test(test_split, test_file)
 
 
 def _array_dir(p: Path) -> bool:

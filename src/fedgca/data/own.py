@@ -77,6 +77,16 @@ class DataSource:
             return file_label(self.path) or "data"
         return "data"
 
+    def with_test(self, test_split: str | None = None, test_file=None) -> "DataSource":
+        """This source with the user's test options (``--test-split``, ``--test-file``) applied to its schema."""
+        if test_file is not None and self.schema is None:
+            raise DataError("--test-file needs a schema (an X/y file's test rows come from its own split)")
+        if self.schema is None or (test_file is None and test_split is None):
+            return self
+        return replace(self, schema=self.schema.with_test(
+            test_split, None if test_file is None else Path(test_file).name),
+            test_path=None if test_file is None else str(test_file))
+
     def digest(self) -> str:
         """Content identity (the data's bytes, the schema, the test file): runs record it, resume checks it."""
         return _digest(self)
