@@ -37,7 +37,7 @@ from fedgca.config import RunConfig  # noqa: E402
 from fedgca.experiments import cost  # noqa: E402
 from fedgca.protocol import gca  # noqa: E402
 from fedgca.protocol.clustering import ClusterSummary  # noqa: E402
-from fedgca.simulation.base import simulator  # noqa: E402
+from fedgca.simulation.classes import simulator  # noqa: E402
 from fedgca.simulation.federation import build_federation  # noqa: E402
 from fedgca.simulation.runner import _evaluate  # noqa: E402
 from fedgca.threads import limit_threads  # noqa: E402

@@ -68,7 +68,8 @@ def test_every_registered_method_has_one_simulator_class_and_traits_not_names_de
     from pathlib import Path
 
     from fedgca import methods
-    from fedgca.simulation.base import SimMethod, simulator
+    from fedgca.simulation.base import SimMethod
+    from fedgca.simulation.classes import simulator
 
     for name in methods.names():
         assert issubclass(simulator(name), SimMethod)

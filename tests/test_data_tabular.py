@@ -10,9 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedgca.data import DataError, load_dataset, resolve_data_dir
-from fedgca.data import paths as paths_mod
-from fedgca.data.paths import REMOTE_FILES, RemoteFile, ensure_files
+from fedgca.data import DataError, load_dataset, registry, resolve_data_dir
+from fedgca.data.paths import RemoteFile, ensure_files
 from fedgca.data.presets import load_tabular, read_raw
 from fedgca.data.tabular import TabularPreprocessor
 
@@ -287,9 +286,9 @@ def test_registry_checksums_match_shared_sums(data_dir):
         reversed(line.split()) for line in (data_dir / "SHA256SUMS").read_text().splitlines() if line.strip()
     )
     for name in ("academic", "adult", "bank", "magic"):
-        for rf in REMOTE_FILES[name]:
+        for rf in registry.get(name).files:
             assert rf.sha256 == sums[f"{name}/{rf.name}"]
-    assert paths_mod.REMOTE_FILES["credit"][0].url is None
+    assert registry.get("credit").files[0].url is None
 
 
 def test_unknown_dataset():

@@ -9,7 +9,7 @@ from fedgca.config import RunConfig
 from fedgca.detector import AnomalyDetector, load_client_detector, save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients
 from fedgca.models import init_model
-from fedgca.simulation.base import simulator
+from fedgca.simulation.classes import simulator
 from fedgca.simulation.federation import build_federation
 
 

@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 
 from fedgca.cli.main import main
-from fedgca.data import DataError, DataSource, Schema, infer_schema, load_dataset
+from fedgca.data import DataError, DataSource, Schema, infer_schema, load_dataset, registry
 from fedgca.data.partition import natural_partition
-from fedgca.data.presets import SCHEMAS, TRAIN_FILE
 from fedgca.data.schema import OWN_CORR_THRESHOLD
 from fedgca.data.table import table_from_frame
 
@@ -23,10 +22,10 @@ FOUR = ("academic", "adult", "bank", "magic")
 def _preset_as_own(name: str, data_dir: Path, tmp_path: Path) -> DataSource:
     """The preset's file given as own data, with its schema written to and read back from a JSON file."""
     path = tmp_path / f"{name}.json"
-    SCHEMAS[name].save(path)
+    registry.get(name).schema.save(path)
     schema = Schema.load(path)
     test = data_dir / name / schema.test_file if schema.test_file else None
-    return DataSource(str(data_dir / name / TRAIN_FILE[name]), schema, name=name,
+    return DataSource(str(data_dir / name / registry.get(name).train_file), schema, name=name,
                       test_path=None if test is None else str(test))
 
 
@@ -83,10 +82,10 @@ def test_preset_and_own_data_give_identical_metrics(name, data_dir, tmp_path):
     p = DATASET_PRESETS[name]
     common = ["--rounds", "2", "--seed", "100"]
     assert _run(["--dataset", name, "--data-dir", str(data_dir), "--out", str(tmp_path / "a"), *common]) == 0
-    own = ["--data", str(data_dir / name / TRAIN_FILE[name]), "--schema", str(tmp_path / "s.json"),
+    own = ["--data", str(data_dir / name / registry.get(name).train_file), "--schema", str(tmp_path / "s.json"),
            "--clients", str(p["clients"]), "--k", str(p["k"]), "--rho", str(p["rho"]), *paper_protocol()]
-    if SCHEMAS[name].test_file:
-        own += ["--test-file", str(data_dir / name / SCHEMAS[name].test_file)]
+    if registry.get(name).schema.test_file:
+        own += ["--test-file", str(data_dir / name / registry.get(name).schema.test_file)]
     assert _run([*own, "--out", str(tmp_path / "b"), *common]) == 0
     assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
     assert (tmp_path / "a" / "test_rows.csv").read_bytes() == (tmp_path / "b" / "test_rows.csv").read_bytes()
@@ -99,7 +98,7 @@ def test_preset_and_own_data_give_identical_metrics(name, data_dir, tmp_path):
 def test_odds_mat_and_adbench_npz_equal_the_csv_path(suffix, data_dir, tmp_path):
     from scipy.io import savemat
 
-    schema = SCHEMAS["magic"]
+    schema = registry.get("magic").schema
     raw = pd.read_csv(data_dir / "magic" / "magic04.data", header=None, names=list(schema.csv.names))
     X = raw[schema.columns].to_numpy(dtype=np.float64)
     y = (raw["class"] == "h").to_numpy().astype(np.int64)
@@ -395,7 +394,7 @@ def test_parquet_and_arrays_take_the_same_path(data_dir, tmp_path):
     raw = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";")
     raw.to_parquet(tmp_path / "bank.parquet")
     _same_arrays(src.load(100), DataSource(str(tmp_path / "bank.parquet"), src.schema, name="bankjob").load(100))
-    schema = SCHEMAS["magic"]
+    schema = registry.get("magic").schema
     m = pd.read_csv(data_dir / "magic" / "magic04.data", header=None, names=list(schema.csv.names))
     X, y = m[schema.columns].to_numpy(), (m["class"] == "h").to_numpy().astype(int)
     from_arrays = fedgca.load_data((X, y)).load(100)

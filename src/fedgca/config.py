@@ -15,20 +15,12 @@ import re
 from dataclasses import dataclass, field
 
 from fedgca import devices, methods
-from fedgca.data import VISION
+from fedgca.data import VISION, registry
 from fedgca.data.partition import SMALL_SITES
 from fedgca.protocol.fedprox import effective_coefficient
 
 # SPEC §4 table: (clients C, K*, upload fraction ρ) per dataset.
-DATASET_PRESETS: dict[str, dict] = {
-    "academic": {"clients": 10, "k": 10, "rho": 0.5},
-    "adult": {"clients": 20, "k": 10, "rho": 0.1},
-    "bank": {"clients": 20, "k": 10, "rho": 0.1},
-    "credit": {"clients": 50, "k": 20, "rho": 0.1},
-    "magic": {"clients": 10, "k": 80, "rho": 0.25},
-    "cifar10": {"clients": 20, "k": 20, "rho": 0.1},
-    "fashion_mnist": {"clients": 20, "k": 10, "rho": 0.1},
-}
+DATASET_PRESETS: dict[str, dict] = {s.name: s.presets for s in registry.REGISTRY.values()}  # (data.registry)
 METHODS = methods.names()  # the registry's, in the paper's table order
 BACKENDS = ("gmm", "kmeans", "softkmeans", "minibatch")
 WEIGHTINGS = ("inverse", "uniform")

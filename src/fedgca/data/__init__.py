@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import registry
 from .dataset import FederatedDataset
 from .own import DataSource, infer_schema
 from .partition import dirichlet_partition, iid_partition
 from .paths import DataError, resolve_data_dir
 from .schema import Schema
 
-TABULAR = ("academic", "adult", "bank", "credit", "magic")
-VISION = ("fashion_mnist", "cifar10")
-DATASETS = TABULAR + VISION
+# the registry's lists (``data.registry``), by kind
+TABULAR = registry.names("tabular")
+VISION = registry.names("vision")
+DATASETS = registry.names()
 
 
 def load_dataset(
@@ -35,15 +37,13 @@ def load_dataset(
         if data_dir.label != name:
             raise DataError(f"the run's dataset is {name!r} but the data source is {data_dir.label!r}")
         return data_dir.load(seed, drop_sites_below=drop_sites_below)
-    if name in TABULAR:
+    if registry.get(name).kind == "tabular":
         from .presets import load_tabular
 
         return load_tabular(name, data_dir, download=download, seed=seed)
-    if name in VISION:
-        from .vision import load_vision
+    from .vision import load_vision
 
-        return load_vision(name, data_dir, seed=seed, download=download)
-    raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} (own data: --data FILE --schema S.json)")
+    return load_vision(name, data_dir, seed=seed, download=download)
 
 
 __all__ = [

@@ -49,8 +49,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import seeding
+from . import registry
 from .dataset import FederatedDataset, split_info
-from .paths import REMOTE_FILES, DataError, ensure_files, resolve_data_dir
+from .paths import DataError, ensure_files, resolve_data_dir
 
 __all__ = [
     "CLASS_NAMES",
@@ -355,7 +356,7 @@ def load_vision(
         raise DataError(f"unknown vision dataset {name!r}; known: fashion_mnist, cifar10")
     normal, anomaly = class_pair(seed)
     dataset_dir = resolve_data_dir(data_dir) / name
-    ensure_files(dataset_dir, REMOTE_FILES[name], download=download)
+    ensure_files(dataset_dir, registry.get(name).files, download=download)
     if name == "fashion_mnist":
         (x_tr, y_tr), (x_te, y_te) = (_read_fmnist_split(dataset_dir, s) for s in ("train", "test"))
         files = list(FMNIST_FILES.values())

@@ -38,17 +38,6 @@ def simulates(*names: str):
     return bind
 
 
-def simulator(name: str) -> type["SimMethod"]:
-    """The simulator class of a registered method."""
-    import fedgca.simulation.baselines  # noqa: F401 — the implementations register themselves on import
-    import fedgca.simulation.gca  # noqa: F401
-
-    methods.get(name)
-    if name not in _SIMULATORS:
-        raise ValueError(f"method {name!r} has no simulator class")
-    return _SIMULATORS[name]
-
-
 class SimMethod:
     """One federated method in the in-process simulator.
 

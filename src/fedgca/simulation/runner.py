@@ -17,7 +17,7 @@ from fedgca.evaluation.selection import validation_selected
 from fedgca.protocol.gca import upload_size
 from fedgca.protocol.sampling import num_participants
 from fedgca.rundir import CHECKPOINT, RunFileError
-from fedgca.simulation.base import simulator
+from fedgca.simulation.classes import simulator
 from fedgca.simulation.federation import Federation, build_federation
 from fedgca.simulation.reporting import summarise
 
