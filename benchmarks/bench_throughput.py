@@ -8,7 +8,9 @@ The grid: the paper's tabular presets here × the paper's seven methods × one s
 rounds (the full grid's R = 100 runs would take hours per mode). Each mode runs the whole grid as a sweep into a
 fresh directory:
 
-* ``cpu-1``       — the local process pool, one worker (one core, one torch thread);
+* ``cpu-1``       — the local process pool, one worker (one core, one torch thread; a fresh process per run);
+* ``inproc-1``    — one run after another in this process on one core (what the batched engine saves beside
+                    the pool's process starts: the stacking alone);
 * ``cpu-all``     — the local process pool, one worker per core;
 * ``batched-cpu`` — the batched engine (``--executor batched``) in one process on one core;
 * ``gpu-1``       — one run after another on the GPU (``--device cuda``, in-process), when CUDA is available;
@@ -39,7 +41,7 @@ from fedgca.config import RunConfig
 from fedgca.experiments import sweep
 from fedgca.threads import available_cores, limit_threads
 
-MODES = ("cpu-1", "cpu-all", "batched-cpu", "gpu-1", "gpu-batched")
+MODES = ("cpu-1", "inproc-1", "cpu-all", "batched-cpu", "gpu-1", "gpu-batched")
 
 
 def sgemm_gflops(device: str = "cpu", n: int = 2048, repeat: int = 5) -> float:
@@ -70,7 +72,7 @@ def grid(datasets, rounds: int | None, device: str = "cpu") -> list[RunConfig]:
 def run_mode(mode: str, configs, data_dir, scratch: Path) -> float:
     root = scratch / mode
     shutil.rmtree(root, ignore_errors=True)
-    kw = {"cpu-1": dict(workers=1), "cpu-all": dict(workers=available_cores()),
+    kw = {"cpu-1": dict(workers=1), "inproc-1": dict(workers=0), "cpu-all": dict(workers=available_cores()),
           "batched-cpu": dict(executor="batched"), "gpu-1": dict(workers=0),
           "gpu-batched": dict(executor="batched")}[mode]
     t = time.perf_counter()
