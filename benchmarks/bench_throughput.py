@@ -108,8 +108,8 @@ def main() -> int:
     print(f"# throughput: {len(datasets)} dataset(s) × {len(registry.names(in_paper=True))} methods × 1 seed, "
           f"R = {a.rounds} per run; the full grid's runs (R = 100) predict {full_per_run / 1e12:.2f} TFLOP each")
     print(f"# {cores} core(s); sgemm {rate_1:.0f} GFLOP/s on one thread, {rate_all:.0f} on {cores}"
-          + (f"; GPU {device_name}: {rate_gpu:.0f} GFLOP/s" if cuda else "; no GPU here: "
-             + ", ".join(skipped) + " not measured"))
+          + (f"; GPU {device_name}: {rate_gpu:.0f} GFLOP/s" if cuda else
+             f"; no GPU here: {', '.join(skipped)} not measured" if skipped else ""))
     print(f"# load average before: {os.getloadavg()[0]:.2f}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="fedgca-throughput-") as tmp:
