@@ -20,7 +20,9 @@
 14. ``bench_loader.py``   — own data: loading a 1M × 30 CSV (read → split → encode → standardise → partition)
                             beside pandas' pyarrow read alone, time and peak memory;
 15. ``bench_ray.py``      — the same small sweep through the local process pool and the Ray executor (needs
-                            fedgca[ray] and the data; Ray's start-up reported apart).
+                            fedgca[ray] and the data; Ray's start-up reported apart);
+16. ``bench_throughput.py`` — runs per hour of the paper's tabular grid: one core, all cores, the batched engine,
+                            and the GPU (one run; the batched engine) where there is one.
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -55,6 +57,7 @@ def main() -> int:
         [str(HERE / "bench_gmm_warm.py"), *data, *(["--rounds", "3", "--repeat", "1"] if args.quick else [])],
         [str(HERE / "bench_training_step.py"), *data, *(["--configs", "magic", "--repeat", "3"] if args.quick else [])],
         [str(HERE / "bench_loader.py"), *(["--rows", "200000", "--repeat", "1"] if args.quick else [])],
+        [str(HERE / "bench_throughput.py"), *data, *(["--datasets", "academic", "--rounds", "1"] if args.quick else [])],
     ]
     if not args.quick:
         jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])
