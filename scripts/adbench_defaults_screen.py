@@ -32,7 +32,7 @@ def job(args):
 
     torch.set_num_threads(1)
     import fedgca
-    from fedgca.data.table import array_schema
+    from fedgca.data.readers import array_schema
 
     corr, steps, rounds = CONFIGS[name]
     with np.load(path) as d:

@@ -27,7 +27,7 @@ def own_mix_rates(path: Path, name: str, run_dir: Path, dets, raw_normals: np.nd
     """Each client's flag rate on test normals re-weighted to its own training rows' group mix (see above)."""
     from fedgca.config import RunConfig
     from fedgca.data.partition import cluster_groups, feature_descriptors, partition_rows
-    from fedgca.sources import open_source
+    from fedgca.data.source import open_source
 
     cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
     key = (name, cfg.seed, cfg.partition, cfg.clients)

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from fedgca.data import iid_partition
-from fedgca.data.paths import resolve_data_dir
+from fedgca.data.download import resolve_data_dir
 from fedgca.data.presets import schema as preset_schema
 from fedgca.protocol.gca import upload_size
 

@@ -85,7 +85,7 @@ def test_a_file_too_small_for_its_clients_names_the_largest_c(data_dir, tmp_path
 
 
 def test_own_data_defaults_follow_the_data():
-    from fedgca.data.own import default_clients, epochs_per_round, max_clients, own_defaults
+    from fedgca.data.defaults import default_clients, epochs_per_round, max_clients, own_defaults
 
     assert [default_clients(n) for n in (54, 1230, 31908)] == [2, 10, 10] and default_clients(595) == 5
     assert epochs_per_round(21, 21) == 10 and epochs_per_round(2552, 50) == 2 and epochs_per_round(40000, 50) == 1

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from fedgca.data import DataError, load_dataset, registry, resolve_data_dir
-from fedgca.data.paths import RemoteFile, ensure_files
+from fedgca.data.download import RemoteFile, ensure_files
+from fedgca.data.encoding import TabularPreprocessor
 from fedgca.data.presets import load_tabular, read_raw
-from fedgca.data.tabular import TabularPreprocessor
 
 # SPEC §4: input widths and the training sizes they imply.
 EXPECTED = {

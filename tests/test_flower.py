@@ -272,7 +272,7 @@ def _own_data(tmp_path, data_dir, n_nodes=3, rows=500):
 
 
 def test_own_data_preprocessing_equals_pooled_fit(tmp_path, data_dir):
-    from fedgca.data.tabular import TabularPreprocessor, fit_from_stats, local_stats
+    from fedgca.data.encoding import TabularPreprocessor, fit_from_stats, local_stats
 
     raw, nodes = _own_data(tmp_path, data_dir)
     schema = owndata.Schema.load(tmp_path / "schema.json")
@@ -291,7 +291,7 @@ def test_own_data_preprocessing_equals_pooled_fit(tmp_path, data_dir):
 
 
 def test_own_data_schema_needs_category_lists(tmp_path):
-    from fedgca.data.paths import DataError
+    from fedgca.data.errors import DataError
 
     with pytest.raises(DataError, match="categories"):  # a federation's nodes need one shared encoding
         owndata.require_category_lists(owndata.Schema.from_dict({"features": [{"name": "c", "type": "categorical"}]}))

@@ -13,8 +13,8 @@ import pytest
 from fedgca.cli.main import main
 from fedgca.data import DataError, DataSource, Schema, infer_schema, load_dataset, registry
 from fedgca.data.partition import natural_partition
+from fedgca.data.readers import table_from_frame
 from fedgca.data.schema import OWN_CORR_THRESHOLD
-from fedgca.data.table import table_from_frame
 
 FOUR = ("academic", "adult", "bank", "magic")
 
@@ -59,7 +59,7 @@ def paper_protocol() -> list[str]:
     """The options own data defaults from the data (issue #40) set to the presets' values (RunConfig's defaults,
     SPEC §8): with them and the preset's C, K, ρ, own data runs exactly the preset."""
     from fedgca.config import RunConfig, option_name
-    from fedgca.data.own import own_defaults
+    from fedgca.data.defaults import own_defaults
 
     fields, out = RunConfig.__dataclass_fields__, []
     for k in own_defaults(1000, None, "iid"):
@@ -176,7 +176,7 @@ def test_directory_of_site_files_is_the_natural_layout(data_dir, tmp_path):
     ds = DataSource(str(site_dir), schema, name="sites").load(100)
     assert ds.site_names == ["admin", "services", "technician"]
     assert len(ds.train) + len(ds.test_x) == int(raw["job"].isin(["admin.", "technician", "services"]).sum())
-    # the directory's files are one rule (data.table.site_files) for every reader: a hidden file the loader
+    # the directory's files are one rule (data.readers.site_files) for every reader: a hidden file the loader
     # skips (an editor's swap file, .DS_Store) changes neither the data nor its content digest, which names runs
     digest = DataSource(str(site_dir), schema, name="sites").digest()
     (site_dir / ".admin.csv.swp").write_text("not a site")
@@ -354,7 +354,7 @@ def test_compare_and_sweep_on_own_data(data_dir, tmp_path):
 def test_blocked_column_statistics_equal_numpy_bit_for_bit():
     """The standardisation's mean and std come from blocks of rows (no full-size temporary) and must be
     numpy's X.mean(axis=0) / X.std(axis=0) exactly — the presets' arrays depend on it."""
-    from fedgca.data.tabular import column_mean_std, moments
+    from fedgca.data.encoding import column_mean_std, moments
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(200_003, 7)) * rng.exponential(size=7) * 1e3 + 7.0
@@ -369,7 +369,7 @@ def test_blocked_column_statistics_equal_numpy_bit_for_bit():
 def test_streamed_large_csv_equals_the_frame_path(data_dir, tmp_path, monkeypatch):
     """Large plain CSVs are streamed into one matrix (data.table.read_training_file); forced on bank, the arrays
     are the frame path's bit for bit, and a bad cell falls back to the frame path and its one-line error."""
-    import fedgca.data.table as table
+    import fedgca.data.readers as table
 
     src = _bank_job(data_dir, tmp_path)
     frame_path = src.load(100)
@@ -411,7 +411,7 @@ def test_attack_on_an_own_data_run(data_dir, tmp_path, capsys):
     assert _run([*data, "--method", "fedavg", "--rounds", "1", "--local-epochs", "1", "--clients", "3",
                  "--out", str(tmp_path / "r")]) == 0
     from fedgca.attacks.run import attack_run
-    from fedgca.sources import open_source
+    from fedgca.data.source import open_source
 
     rec = attack_run(tmp_path / "r", data_dir=open_source(data[1], schema, name="bank-full"),
                      inversion_options={"max_steps": 5})
@@ -448,14 +448,14 @@ def test_defaulted_options_are_said_once_per_process(caplog):
     import logging
 
     import fedgca
-    from fedgca import sources
+    from fedgca import binding
 
     rng = np.random.default_rng(0)
     data = fedgca.load_data((rng.normal(size=(400, 4)).astype(np.float32), (rng.random(400) < 0.1).astype(int)),
                             name="said-once")
     with caplog.at_level(logging.INFO, logger="fedgca"):
         bound = {(cfg.clients, cfg.k, cfg.rho) for cfg, _ in
-                 (sources.bind({"method": "gca", "seed": seed}, data) for seed in (1, 2, 3))}
+                 (binding.bind({"method": "gca", "seed": seed}, data) for seed in (1, 2, 3))}
     assert len(bound) == 1  # every run is still defaulted alike
     said = [r.message for r in caplog.records if "has no preset" in r.message]
     assert len(said) == 1 and said[0].startswith("said-once has no preset: --clients "), said

@@ -10,9 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from fedgca.binding import bind
 from fedgca.cli.main import main
 from fedgca.data import Schema, infer_schema
-from fedgca.sources import bind, open_source
+from fedgca.data.source import open_source
 
 JOBS = ("admin.", "services", "technician")
 
@@ -48,7 +49,7 @@ def test_flower_simulation_over_site_files_equals_the_simulator(sites, tmp_path,
 
 def test_per_site_split_draws_each_site_alone(sites):
     """The simulator's per-site test rows are exactly what each node draws from its own file."""
-    from fedgca.data.own import site_split
+    from fedgca.data.prepare import site_split
     from fedgca.flower.owndata import read_table
 
     site_dir, schema_path = sites

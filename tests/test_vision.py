@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fedgca.data import iid_partition
-from fedgca.data.paths import DataError
+from fedgca.data.errors import DataError
 from fedgca.data.vision import (
     CIFAR_TEST_BATCH,
     CIFAR_TRAIN_BATCHES,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fedgca.config import SEEDS, RunConfig
 from fedgca.data import DATASETS, DataSource, Schema, infer_schema
-from fedgca.data.paths import DataError
+from fedgca.data.errors import DataError
 
 
 def load_data(data, schema=None, *, label: str | None = None, normal=None, anomaly=None, site: str | None = None,
@@ -51,12 +51,12 @@ def load_data(data, schema=None, *, label: str | None = None, normal=None, anoma
         path = Path(data)
         if schema is None and label is not None:
             if path.is_dir():
-                from fedgca.data.table import site_files
+                from fedgca.data.readers import site_files
 
                 schema, _ = infer_schema(site_files(path)[0], label=label, normal=_need(normal, "normal"), anomaly=anomaly)
             else:
                 schema, _ = infer_schema(path, label=label, normal=_need(normal, "normal"), anomaly=anomaly, site=site)
-        from fedgca.sources import open_source
+        from fedgca.data.source import open_source
 
         return open_source(path, schema, test_file=test_file, test_split=test_split, name=name)
     return src.with_test(test_split, test_file)
@@ -76,7 +76,7 @@ def _source(data) -> DataSource | None:
 
 
 def _config(data, options: dict) -> tuple[RunConfig, DataSource | None, object]:
-    from fedgca.sources import bind
+    from fedgca.binding import bind
 
     unknown = set(options) - {f.name for f in dataclasses.fields(RunConfig)}
     if unknown:

@@ -118,7 +118,7 @@ class RunConfig:
         """Fill dataset presets and validate every field (ValueError naming the option).
 
         Own data has no preset: its C, K and ρ are filled from the data where the run's data is
-        read (``fedgca.data.own.own_defaults``), so here they must already be set.
+        read (``fedgca.data.defaults.own_defaults``), so here they must already be set.
         """
         if self.dataset not in DATASET_PRESETS:
             if not isinstance(self.dataset, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", self.dataset):

@@ -68,7 +68,7 @@ class AnomalyDetector:
     def _inputs(self, X) -> np.ndarray:
         """Model-ready inputs: a DataFrame of raw records goes through the schema and the preprocessor."""
         if hasattr(X, "columns") and hasattr(X, "iloc"):  # a pandas DataFrame of raw records
-            from fedgca.data.table import table_from_frame
+            from fedgca.data.readers import table_from_frame
 
             t = table_from_frame(X, self._schema(), where="the rows to score", require_label=False)
             return self.preprocessor.transform(t.features)
@@ -77,7 +77,7 @@ class AnomalyDetector:
     def transform(self, X) -> np.ndarray:
         """Raw records (a DataFrame, or a 2-d array with the schema's feature columns in order) -> model inputs."""
         if not (hasattr(X, "columns") and hasattr(X, "iloc")):
-            from fedgca.data.table import table_from_arrays
+            from fedgca.data.readers import table_from_arrays
 
             X = np.asarray(X)
             t = table_from_arrays(X, where="the rows to score", schema=self._schema()) if X.ndim == 2 and \
@@ -126,7 +126,7 @@ class AnomalyDetector:
         """Read a raw file (tabular: the dataset's format; vision: PNG dir or .npy) into model inputs."""
         path = Path(path)
         if self.kind == "tabular":
-            from fedgca.data.table import read_file
+            from fedgca.data.readers import read_file
 
             table = read_file(path, self._schema(), require_label=False)
             return self.preprocessor.transform(table.features)
@@ -174,7 +174,7 @@ class AnomalyDetector:
                                       f"{' '.join(str(err).split())[:160]})") from None
         pre = schema = None
         if doc.get("preprocessor") is not None:
-            from fedgca.data.tabular import TabularPreprocessor
+            from fedgca.data.encoding import TabularPreprocessor
 
             pre = TabularPreprocessor.from_dict(doc["preprocessor"])
         if doc.get("schema") is not None:

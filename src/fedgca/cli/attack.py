@@ -34,7 +34,7 @@ def cmd_attack(args) -> int:
         from pathlib import Path
 
         from fedgca import rundir
-        from fedgca.sources import open_source
+        from fedgca.data.source import open_source
 
         name = rundir.load_json(rundir.verify(Path(args.run), rundir.CONFIG))["dataset"]
         data = open_source(args.data, args.schema, test_file=args.test_file, test_split=args.test_split, name=name)

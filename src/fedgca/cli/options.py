@@ -76,7 +76,7 @@ def source_from_args(args):
         return None
     if getattr(args, "dataset", None):
         raise ValueError("--dataset names a built-in dataset and --data gives your own: use one (--name names own data)")
-    from fedgca.sources import open_source
+    from fedgca.data.source import open_source
 
     return open_source(args.data, args.schema, test_file=args.test_file, test_split=args.test_split, name=args.name)
 
@@ -99,7 +99,7 @@ def config_from_args(args, *, with_data: bool = False):
             raise ValueError("give --dataset NAME (a built-in dataset) or --data PATH (your own data)")
         cfg = RunConfig(**run_options(args)).resolved()
         return (cfg, None, None) if with_data else cfg
-    from fedgca.sources import bind
+    from fedgca.binding import bind
 
     cfg, dataset = bind(run_options(args), source)
     return (cfg, source, dataset) if with_data else cfg

@@ -2,7 +2,7 @@
 
 ``load_dataset(name_or_source)`` is the one entry point. A built-in tabular dataset is a preset
 (:mod:`fedgca.data.presets`: a schema and file names) on the same path as your own data
-(:mod:`fedgca.data.own`: a :class:`DataSource` — a file, a directory of per-site files, a
+(:mod:`fedgca.data.source`: a :class:`DataSource` — a file, a directory of per-site files, a
 DataFrame or arrays — and its :class:`Schema`); vision datasets are :mod:`fedgca.data.vision`
 (imported lazily, so tabular use never imports the vision stack).
 """
@@ -12,10 +12,12 @@ from pathlib import Path
 
 from . import registry
 from .dataset import FederatedDataset
-from .own import DataSource, infer_schema
+from .download import resolve_data_dir
+from .errors import DataError
+from .inference import infer_schema
 from .partition import dirichlet_partition, iid_partition
-from .paths import DataError, resolve_data_dir
 from .schema import Schema
+from .source import DataSource
 
 # the registry's lists (``data.registry``), by kind
 TABULAR = registry.names("tabular")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import registry
-from .paths import DataError, ensure_files, locate, resolve_data_dir
+from .download import ensure_files, locate, resolve_data_dir
+from .errors import DataError
 from .schema import Schema
 
 
@@ -31,8 +32,8 @@ def preset_file(dataset_dir: Path, name: str, file_name: str) -> Path:
 
 
 def preset_source(name: str, data_dir=None, *, download: bool = True):
-    """The :class:`~fedgca.data.own.DataSource` of built-in tabular dataset ``name``."""
-    from .own import DataSource
+    """The :class:`~fedgca.data.source.DataSource` of built-in tabular dataset ``name``."""
+    from .source import DataSource
 
     sch = schema(name)
     dataset_dir = resolve_data_dir(data_dir) / name
@@ -49,7 +50,7 @@ def load_tabular(name: str, data_dir=None, download: bool = True, *, seed: int =
 
 def read_raw(name: str, path, *, require_label: bool = True):
     """One file in built-in dataset ``name``'s format: (features frame, label strings or None)."""
-    from .table import read_file
+    from .readers import read_file
 
     t = read_file(Path(path), schema(name), require_label=require_label)
     return t.features, t.labels

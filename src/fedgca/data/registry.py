@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .paths import DataError, RemoteFile
+from .download import RemoteFile
+from .errors import DataError
 from .schema import CATEGORICAL, SPEC_CORR_THRESHOLD, CsvLayout, Feature, Schema
 
 

@@ -50,7 +50,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .paths import DataError
+from .errors import DataError
 
 NUMERIC, CATEGORICAL = "numeric", "categorical"
 TEST_SPLITS = ("balanced", "balanced-tail", "per-site", "file")

@@ -14,7 +14,7 @@
   read straight from the tar stream (nothing is extracted to disk). The
   directory wins when both are present.
 
-Missing files are fetched with :func:`fedgca.data.paths.ensure_files` from the
+Missing files are fetched with :func:`fedgca.data.download.ensure_files` from the
 distributors' URLs with their published MD5s (SPEC §4, "Missing files");
 offline, a :class:`DataError` names the directory and the expected files.
 
@@ -51,7 +51,8 @@ import numpy as np
 from .. import seeding
 from . import registry
 from .dataset import FederatedDataset, split_info
-from .paths import DataError, ensure_files, resolve_data_dir
+from .download import ensure_files, resolve_data_dir
+from .errors import DataError
 
 __all__ = [
     "CLASS_NAMES",
@@ -344,7 +345,7 @@ def load_vision(
     """Load ``fashion_mnist`` or ``cifar10`` as SPEC §4 defines it.
 
     ``data_dir`` is the root holding ``<name>/`` (default: see
-    :func:`fedgca.data.paths.resolve_data_dir`); missing files are downloaded
+    :func:`fedgca.data.download.resolve_data_dir`); missing files are downloaded
     when ``download`` is true. ``seed`` picks the (normal, anomaly) classes
     via :func:`class_pair`. Returns a ``kind="vision"`` dataset with float32
     ``[N, C, H, W]`` arrays in [−1, 1], ``train`` = normal-class training

@@ -7,7 +7,7 @@ runs are skipped, killed ones resume) and ``peers/<file>/<partition>-seed<seed>-
 (:mod:`fedgca.reporting.bench`) reads only these files.
 
 Files: ADBench ``.npz`` and ODDS ``.mat`` (X, y with 1 = anomaly), given one by one or as directories. Each
-file is own data without a preset, so every run takes fedgca's own-data defaults (``fedgca.data.own``) unless
+file is own data without a preset, so every run takes fedgca's own-data defaults (``fedgca.data.defaults``) unless
 the bench's options set them.
 """
 from __future__ import annotations
@@ -86,8 +86,9 @@ def plan(paths, methods=DEFAULT_METHODS, seeds=(100,), partitions=("iid",), peer
     error; the rest go on.
     """
     from fedgca import methods as registry
+    from fedgca.binding import bind
+    from fedgca.data.source import open_source
     from fedgca.experiments.sweep_spec import canonical
-    from fedgca.sources import bind, open_source
 
     for m in methods:
         registry.get(m)
@@ -130,7 +131,7 @@ def _schema(path: Path, corr_threshold: float | None):
     """None (the file's own X/y schema), or that schema with another correlation filter."""
     if corr_threshold is None:
         return None
-    from fedgca.data.table import read_array_file
+    from fedgca.data.readers import read_array_file
 
     return dataclasses.replace(read_array_file(path).schema, corr_threshold=float(corr_threshold))
 

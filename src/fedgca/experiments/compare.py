@@ -16,7 +16,7 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None, options: dict |
     """One canonical config per (dataset, method, seed), each method at the dataset's preset.
 
     Own data (``source``, a :class:`~fedgca.data.DataSource`): one dataset, each seed bound to it
-    (``fedgca.sources.bind``): ``options``, the options the user set, and the rest from the data
+    (``fedgca.binding.bind``): ``options``, the options the user set, and the rest from the data
     (without ``options``, every field of ``base`` counts as set).
     """
     from fedgca.experiments.sweep_spec import canonical
@@ -24,7 +24,7 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None, options: dict |
     if source is None:
         return [canonical(dataclasses.replace(base, dataset=d, method=m, seed=s))
                 for d in datasets for m in methods for s in seeds]
-    from fedgca.sources import bind
+    from fedgca.binding import bind
 
     if options is None:
         options = {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name != "dataset"}

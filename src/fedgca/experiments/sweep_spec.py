@@ -29,7 +29,7 @@ def canonical(cfg: RunConfig) -> RunConfig:
     if cfg.partition != "natural":
         keep.discard("small_sites")
     if cfg.data_digest is not None:  # own data: its binding stays; K, which it has no preset for, a fixed value
-        from fedgca.data.own import DEFAULT_K
+        from fedgca.data.defaults import DEFAULT_K
 
         keep |= {"data_digest", "clients", "rho", "partition", "small_sites"}
         defaults = dataclasses.replace(defaults, k=DEFAULT_K)
@@ -68,7 +68,7 @@ OWN_DATA_KEYS = ("data", "schema", "test_file", "test_split", "data_name")
 def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
     """A sweep file's runs. Own data: top-level ``data`` (a file or per-site directory), ``schema``,
     optionally ``test_file``, ``test_split`` and ``data_name``; grids then need no ``dataset``, and C,
-    K and ρ left unset come from the data (fedgca.sources.bind). Paths are relative to the working
+    K and ρ left unset come from the data (fedgca.binding.bind). Paths are relative to the working
     directory, as ``out`` and ``data_dir`` are."""
     unknown = set(doc) - {"base", "grid", "out", "data_dir", "name", "description", *OWN_DATA_KEYS}
     if unknown:
@@ -76,7 +76,7 @@ def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
                          f"(expected [base], [grid] or [[grid]], out, data_dir, {', '.join(OWN_DATA_KEYS)})")
     source = None
     if doc.get("data"):
-        from fedgca.sources import open_source
+        from fedgca.data.source import open_source
 
         source = open_source(doc["data"], doc.get("schema"), test_file=doc.get("test_file"),
                              test_split=doc.get("test_split"), name=doc.get("data_name"))
@@ -117,7 +117,7 @@ def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
 
 def _bind(values: dict, source, loaded: dict) -> RunConfig:
     """Own data's config for these options (the data read once per seed: its test split depends on it)."""
-    from fedgca.sources import bind
+    from fedgca.binding import bind
 
     seed = values.get("seed", RunConfig.__dataclass_fields__["seed"].default)
     cfg, loaded[seed] = bind({k: v for k, v in values.items() if k != "dataset"}, source, dataset=loaded.get(seed))

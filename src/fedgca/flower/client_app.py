@@ -28,7 +28,7 @@ from flwr.clientapp import ClientApp
 
 from fedgca import devices, methods, privacy, seeding
 from fedgca.config import ABLATION_CLIENT
-from fedgca.data.tabular import local_stats
+from fedgca.data.encoding import local_stats
 from fedgca.evaluation.metrics import (
     evaluate_clients,
     quantile_threshold,
@@ -99,7 +99,7 @@ def _node(msg: Message, context: Context):
         return cfg, node_data.builtin_data(cfg, nc, cid)
     if STATE_SETUP not in context.state.config_records:
         raise RuntimeError("own-data node has no preprocessor yet (the server sends it in query.setup)")
-    from fedgca.data.tabular import TabularPreprocessor
+    from fedgca.data.encoding import TabularPreprocessor
 
     pre = TabularPreprocessor.from_dict(from_json_record(context.state.config_records[STATE_SETUP]))
     return cfg, node_data.csv_data(cfg, nc, cid, pre)

@@ -118,7 +118,7 @@ def _disk_cached(node_config: dict, key: tuple, build) -> dict[str, np.ndarray]:
     import hashlib
     import os
 
-    from fedgca.data.paths import default_cache_dir, resolve_data_dir
+    from fedgca.data.download import default_cache_dir, resolve_data_dir
 
     root = node_config.get("cache-dir", str(default_cache_dir() / "flower-nodes"))
     if not root:
@@ -162,7 +162,7 @@ def csv_split(cfg: RunConfig, node_config: dict, client_id: int):
     """(schema, training frame, eval frame or None, eval labels or None).
 
     A schema with the per-site test split: the node's anomalies and as many of its normals (drawn with the
-    seed and its client id, ``fedgca.data.own.site_split``, as the simulator draws them) are its test rows,
+    seed and its client id, ``fedgca.data.prepare.site_split``, as the simulator draws them) are its test rows,
     and it trains on its other normals. Otherwise a labelled node holds out ``eval_fraction`` of its rows and
     trains on the rest as they come."""
     schema, table = csv_frame(node_config)
@@ -170,7 +170,7 @@ def csv_split(cfg: RunConfig, node_config: dict, client_id: int):
     if labels is None:
         return schema, X, None, None
     if schema.test_split == "per-site":
-        from fedgca.data.own import site_split
+        from fedgca.data.prepare import site_split
 
         tr, ev = site_split(labels, schema, cfg.seed, client_id, f"node {client_id}")
     else:

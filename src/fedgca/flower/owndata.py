@@ -45,10 +45,10 @@ from pathlib import Path
 import numpy as np
 
 from fedgca import seeding
-from fedgca.data.paths import DataError
+from fedgca.data.encoding import encode_columns
+from fedgca.data.errors import DataError
+from fedgca.data.readers import read_file
 from fedgca.data.schema import Schema
-from fedgca.data.table import read_file
-from fedgca.data.tabular import encode_columns
 from fedgca.lazyimport import LazyModule
 
 pd = LazyModule("pandas")  # imported when a CSV is read (fedgca.lazyimport)

@@ -36,7 +36,7 @@ from flwr.serverapp import Grid
 
 from fedgca import methods, privacy, runrecord
 from fedgca.config import ABLATION_CLIENT, RunConfig
-from fedgca.data.tabular import fit_from_stats
+from fedgca.data.encoding import fit_from_stats
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
 from fedgca.flower.config import FlowerOptions

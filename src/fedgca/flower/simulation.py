@@ -41,7 +41,7 @@ def own_data_nodes(source, out_dir) -> dict[int, dict]:
     """Node configs for own data in a directory of per-site files: node i reads site file i (sites in the
     order the simulator numbers them, sorted by name) with the run's schema, written to ``out_dir/schema.json``
     (so a --test-split given on the command line reaches the nodes too)."""
-    from fedgca.data.table import file_label, site_files
+    from fedgca.data.readers import file_label, site_files
 
     path = Path(source.path or "")
     if not path.is_dir() or source.schema is None:

@@ -12,7 +12,7 @@ from fedgca import devices, methods
 from fedgca.config import RunConfig
 from fedgca.data import load_dataset
 from fedgca.data.dataset import FederatedDataset
-from fedgca.data.own import sites_below
+from fedgca.data.defaults import sites_below
 from fedgca.data.partition import partition_rows, split_validation
 from fedgca.evaluation.metrics import few_threshold_rows
 from fedgca.models import build_model, init_model, param_count

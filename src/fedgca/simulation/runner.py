@@ -33,7 +33,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     """Run (or resume) a federation and write its files to ``out_dir``; return the summary.
 
     ``data_dir``: where the built-in datasets are, or own data's :class:`~fedgca.data.DataSource`;
-    ``dataset``: the dataset already loaded (``fedgca.sources.bind`` loads it to fill defaults);
+    ``dataset``: the dataset already loaded (``fedgca.binding.bind`` loads it to fill defaults);
     ``broker``: the batched engine's (``training.lockstep.EpochBroker``), which computes this run's local
     epochs together with other runs' (the caller calls its ``leave`` when the run is over).
 

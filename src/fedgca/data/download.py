@@ -24,14 +24,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import DataError
+
 log = logging.getLogger(__name__)
 
 ENV_VAR = "FEDGCA_DATA_DIR"
 DOWNLOAD_TIMEOUT_S = 60.0
-
-
-class DataError(ValueError):
-    """Any problem with dataset files or raw records; the message is one line naming the file."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Binding own data to a run: a :class:`~fedgca.data.own.DataSource` + options → a complete RunConfig.
+"""Binding own data to a run: a :class:`~fedgca.data.source.DataSource` + options → a complete RunConfig.
 
 Built-in datasets carry their SPEC §8 presets; own data does not, so its C, K and ρ come from
-the data (:func:`fedgca.data.own.own_defaults`), the data's content digest is recorded in the
+the data (:func:`fedgca.data.defaults.own_defaults`), the data's content digest is recorded in the
 config (never its path), and the values that were defaulted are logged and written to
 ``summary.json`` (``data.defaulted``). The CLI, sweeps, ``compare`` and the Python API all bind
 through :func:`bind`.
@@ -10,33 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 
 from fedgca.config import RunConfig, option_name
-from fedgca.data import DataError, DataSource, FederatedDataset, Schema
-from fedgca.data.own import MIN_TRAIN_ROWS, client_train_rows, max_clients, own_defaults, sites_below
+from fedgca.data import DataError, DataSource, FederatedDataset
+from fedgca.data.defaults import MIN_TRAIN_ROWS, client_train_rows, max_clients, own_defaults, sites_below
 from fedgca.data.partition import natural_partition
 
 log = logging.getLogger("fedgca")
-
-
-def open_source(path, schema=None, *, test_file=None, test_split: str | None = None, name: str | None = None) \
-        -> DataSource:
-    """A DataSource from what a user types: a data path, a schema file (or Schema), test options."""
-    if path is None:
-        raise DataError("no data given")
-    if isinstance(schema, (str, Path)):
-        schema = Schema.load(schema)
-    if schema is None and Path(path).suffix.lower() not in (".mat", ".npz") and not _array_dir(Path(path)):
-        raise DataError(f"{path}: a schema is needed (--schema S.json; `fedgca schema infer {Path(path).name} "
-                        "--label COLUMN --normal VALUE` writes one)")
-    return DataSource(str(path), schema, name=name).with_test(test_split, test_file)
-
-
-def _array_dir(p: Path) -> bool:
-    from fedgca.data.table import site_files
-
-    return p.is_dir() and all(f.suffix.lower() in (".mat", ".npz") for f in site_files(p, required=False))
 
 
 _SAID: set[str] = set()

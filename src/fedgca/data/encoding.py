@@ -4,7 +4,7 @@
 so a saved detector applies exactly the same rules to new raw rows. The pieces it is made of
 (moments, constant columns, |correlation|, the left-to-right filter) are public because a
 Flower deployment fits the same thing from per-node aggregates (``fedgca.flower.owndata``).
-Reading files is :mod:`fedgca.data.table`; the built-in datasets are :mod:`fedgca.data.presets`.
+Reading files is :mod:`fedgca.data.readers`; the built-in datasets are :mod:`fedgca.data.presets`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from fedgca.lazyimport import LazyModule
 
-from .paths import DataError
+from .errors import DataError
 
 pd = LazyModule("pandas")  # imported when rows are encoded (fedgca.lazyimport)
 
@@ -287,7 +287,7 @@ def fit_from_stats(schema, stats: list[dict[str, np.ndarray]]) -> TabularPreproc
     """SPEC §4 encoding fitted on the union of the nodes' training rows, from aggregates only.
 
     Same result as ``TabularPreprocessor().fit`` on the pooled rows (up to
-    float rounding): the same functions of ``fedgca.data.tabular`` (constant
+    float rounding): the same functions of ``fedgca.data.encoding`` (constant
     columns, |correlation| from the scatter matrix, the left-to-right filter)
     applied to the pooled moments; population std (1 for a constant column).
     """

@@ -4,7 +4,7 @@ Inputs: a CSV/TSV text file (optionally .gz/.xz/.bz2), a Parquet file, an ODDS `
 ADBench ``.npz`` file (arrays ``X`` and ``y``, 1 = anomaly), a directory of per-site files (one
 file per site: the natural federated layout), or in Python a pandas DataFrame or NumPy arrays.
 Each becomes a :class:`RawTable` — typed feature columns, label strings, site names — that
-:mod:`fedgca.data.own` splits and encodes the same way whatever it came from.
+:mod:`fedgca.data.prepare` splits and encodes the same way whatever it came from.
 
 Every malformed input raises :class:`DataError` with one line naming the file, the column and
 the first offending line (and how many rows share the problem).
@@ -22,7 +22,7 @@ import numpy as np
 
 from fedgca.lazyimport import LazyModule
 
-from .paths import DataError
+from .errors import DataError
 from .schema import CATEGORICAL, MISSING_CATEGORY, MISSING_TOKENS, NUMERIC, CsvLayout, Feature, Schema
 
 pd = LazyModule("pandas")  # imported when a table is read (fedgca.lazyimport)
