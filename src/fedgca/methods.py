@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedgca.registries import Registry
+
 # Options every method reads: they define the setting a method runs in.
 COMMON = frozenset({"dataset", "method", "seed", "rounds", "clients", "participation", "batch_size", "lr",
                     "lr_step", "lr_gamma", "partition", "alpha", "quantile", "val_fraction", "threshold"})
@@ -46,20 +48,13 @@ class MethodSpec:
         return self.family == "single-site" and not self.pooled
 
 
-REGISTRY: dict[str, MethodSpec] = {}
-
-
-def register(spec: MethodSpec) -> MethodSpec:
-    if spec.name in REGISTRY:
-        raise ValueError(f"method {spec.name!r} is registered twice")
-    REGISTRY[spec.name] = spec
-    return spec
+REGISTRY: Registry = Registry("method", lambda name, known: ValueError(
+    f"unknown method {name!r}; choose from {', '.join(known)}"))
+register = REGISTRY.register
 
 
 def get(name: str) -> MethodSpec:
-    if name not in REGISTRY:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(REGISTRY)}")
-    return REGISTRY[name]
+    return REGISTRY.lookup(name)
 
 
 def paper_phase(cfg) -> str:

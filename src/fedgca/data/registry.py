@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedgca.registries import Registry
+
 from .download import RemoteFile
 from .errors import DataError
 from .schema import CATEGORICAL, SPEC_CORR_THRESHOLD, CsvLayout, Feature, Schema
@@ -32,21 +34,13 @@ class DatasetSpec:
         return {"clients": self.clients, "k": self.k, "rho": self.rho}
 
 
-REGISTRY: dict[str, DatasetSpec] = {}
-
-
-def register(spec: DatasetSpec) -> DatasetSpec:
-    if spec.name in REGISTRY:
-        raise ValueError(f"dataset {spec.name!r} is registered twice")
-    REGISTRY[spec.name] = spec
-    return spec
+REGISTRY: Registry = Registry("dataset", lambda name, known: DataError(
+    f"unknown dataset {name!r}; known: {', '.join(known)} (own data: --data FILE --schema S.json)"))
+register = REGISTRY.register
 
 
 def get(name: str) -> DatasetSpec:
-    if name not in REGISTRY:
-        raise DataError(f"unknown dataset {name!r}; known: {', '.join(REGISTRY)} (own data: --data FILE "
-                        "--schema S.json)")
-    return REGISTRY[name]
+    return REGISTRY.lookup(name)
 
 
 def names(kind: str | None = None) -> tuple[str, ...]:
