@@ -86,6 +86,12 @@ def test_example_files_parse(name, request, tmp_path, monkeypatch):
         monkeypatch.chdir(tmp_path)
         mod.main(["--data-dir", str(request.getfixturevalue("data_dir")), "--out", "results/bank_variants",
                   "--only", BANK_VARIANT_EXAMPLES[name]])
+    if '"../shared/data/' in (EXAMPLES / f"{name}.toml").read_text():  # own data, relative to the working directory
+        shared = tmp_path / "work" / "shared"
+        shared.mkdir(parents=True)
+        (shared / "data").symlink_to(request.getfixturevalue("data_dir").resolve())
+        (tmp_path / "work" / "repo").mkdir()
+        monkeypatch.chdir(tmp_path / "work" / "repo")
     spec = sweep.load_spec(EXAMPLES / f"{name}.toml")
     assert spec.configs
     if name == "sweep_k":
@@ -100,6 +106,8 @@ def test_example_files_parse(name, request, tmp_path, monkeypatch):
         assert {c.dataset for c in spec.configs} == {"academic", "magic", "adult", "bank"}
     if name == "sweep_weights_align":
         assert {(c.eval_align_epochs, c.eval_align_clients) for c in spec.configs} == {(True, "client0")}
+    if name == "sweep_dp_frontier_pendigits":
+        assert len(spec.configs) == 108 and {c.clients for c in spec.configs} == {2, 10, 30}
     if name == "sweep_fashion":
         assert {(c.dataset, c.rounds) for c in spec.configs} == {("fashion_mnist", 2)} and len(spec.configs) == 21
 
