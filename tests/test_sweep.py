@@ -106,8 +106,10 @@ def test_example_files_parse(name, request, tmp_path, monkeypatch):
         assert {c.dataset for c in spec.configs} == {"academic", "magic", "adult", "bank"}
     if name == "sweep_weights_align":
         assert {(c.eval_align_epochs, c.eval_align_clients) for c in spec.configs} == {(True, "client0")}
-    if name == "sweep_dp_frontier_pendigits":
-        assert len(spec.configs) == 108 and {c.clients for c in spec.configs} == {2, 10, 30}
+    if name.startswith("sweep_dp_frontier_"):
+        assert {c.clients for c in spec.configs} == {2, 10, 30} and {c.target_epsilon for c in spec.configs} == \
+            {None, 1.0, 2.0, 4.0, 8.0, 32.0}
+        assert len(spec.configs) == 36 * len({c.seed for c in spec.configs})
     if name == "sweep_fashion":
         assert {(c.dataset, c.rounds) for c in spec.configs} == {("fashion_mnist", 2)} and len(spec.configs) == 21
 
