@@ -24,10 +24,10 @@ def main() -> None:
     p.add_argument("data_dir")
     p.add_argument("out")
     a = p.parse_args()
+    from untrained_reference import untrained_auroc
+
     from fedgca.config import RunConfig
     from fedgca.data.source import open_source
-    from fedgca.evaluation.metrics import evaluate_clients, shard_scores
-    from fedgca.simulation.federation import build_federation
     from fedgca.threads import limit_threads
 
     limit_threads(1)
@@ -44,11 +44,8 @@ def main() -> None:
         trained[(run["dataset"], run["method"])].append(100 * s["selected"]["auroc"])
         if run["method"] == "gca":
             cfg = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
-            fed = build_federation(cfg, open_source(Path(a.data_dir) / files[run["dataset"]], None,
-                                                    name=run["dataset"]))
-            val = shard_scores(fed.clients, fed.val_shards)
-            res = evaluate_clients(fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, cfg.quantile, val)
-            untrained[run["dataset"]].append(100 * res["auroc"])
+            source = open_source(Path(a.data_dir) / files[run["dataset"]], None, name=run["dataset"])
+            untrained[run["dataset"]].append(100 * untrained_auroc(cfg, source)[1])
     rows = []
     for name in files:
         if name not in untrained:

@@ -42,20 +42,15 @@ def _runs(root: Path) -> list[dict]:
 def _untrained(spec, runs: list[dict]) -> dict[tuple[int, int], float]:
     """AUROC of the initial models per (C, seed): the federation of the first run with them (every method of
     this sweep starts from the same models, partition and validation rows)."""
+    from untrained_reference import untrained_auroc
+
     from fedgca.config import RunConfig
-    from fedgca.evaluation.metrics import evaluate_clients, shard_scores
-    from fedgca.simulation.federation import build_federation
 
     out = {}
     for r in runs:
         key = (r["clients"], r["seed"])
-        if key in out:
-            continue
-        cfg = RunConfig.from_dict(r["config"])
-        fed = build_federation(cfg, spec.source)
-        val = shard_scores(fed.clients, fed.val_shards)
-        res = evaluate_clients(fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, cfg.quantile, val)
-        out[key] = 100 * res["auroc"]
+        if key not in out:
+            out[key] = 100 * untrained_auroc(RunConfig.from_dict(r["config"]), spec.source)[1]
     return out
 
 
