@@ -35,7 +35,8 @@ def _runs(root: Path) -> list[dict]:
         n = s["client_sizes"]
         out.append({"method": cfg["method"], "eps": cfg.get("target_epsilon") or math.inf, "clients": cfg["clients"],
                     "seed": cfg["seed"], "rows": float(np.mean(n)), "auroc": 100 * s["selected"]["auroc"],
-                    "epsilon": (s.get("dp") or {}).get("epsilon"), "config": cfg})
+                    "epsilon": (s.get("dp") or {}).get("epsilon"), "sigma": (s.get("dp") or {}).get("grad_sigma"),
+                    "config": cfg})
     return out
 
 

@@ -193,7 +193,7 @@ def test_own_data_nodes_send_no_statistics_under_record_dp(tmp_path, data_dir):
     _, nodes = _own_data(tmp_path, data_dir)
     cfg = _dpgca(k=10, rounds=1)
     out = tmp_path / "out"
-    with pytest.raises(Exception, match="accountant does not cover"):
+    with pytest.raises(Exception, match="ε would not cover"):
         run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(out), eval_recon_epochs=False)),
                       client_app.app, nodes)
     msgs = (out / "messages.jsonl").read_text() if (out / "messages.jsonl").exists() else ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from fedgca import privacy
 from fedgca.config import RunConfig, option_name
 from fedgca.data import DataError, DataSource, FederatedDataset
 from fedgca.data.defaults import MIN_TRAIN_ROWS, client_train_rows, max_clients, own_defaults, sites_below
@@ -32,7 +33,7 @@ def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None 
     values = {k: v for k, v in options.items() if v is not None}
     values["dataset"] = source.label
     cfg0 = RunConfig(**{"clients": 1, "k": 1, "rho": 1.0, **values, "data_digest": "-"})
-    ds = dataset or source.load(cfg0.seed, drop_sites_below=sites_below(values))
+    ds = dataset or source.load(cfg0.seed, drop_sites_below=sites_below(values), stats_sigma=privacy.stats_noise(values))
     n_sites = None
     if cfg0.partition == "natural":
         if ds.sites is None:

@@ -106,6 +106,11 @@ class RunConfig:
     dp_code_sigma: float = _opt(1.0, "DP-GCA code noise multiplier σ_z ≥ 0 (ignored with --target-epsilon)")
     target_epsilon: float | None = _opt(None, "record-level ε to calibrate σ_g = σ_z to, at --dp-delta",
                                         preset="use the σ's as given")
+    dp_stats_sigma: float | None = _opt(None, "own data fitted from per-site statistics: release each site's column "
+                                        "sums and sums of squares over the schema's public ranges with Gaussian "
+                                        "noise σ_s·√d, accounted in ε (docs/DP.md); the σ_z of a target ε is "
+                                        "calibrated to what they leave", preset="the statistics are not released "
+                                        "privately: a DP method is refused on per-site data")
     # Where it computes (fedgca.devices): not part of the run's identity (its key), like the thread count.
     device: str = _opt("auto", "torch device: auto (CUDA when available, else the CPU), cpu, cuda, cuda:N or mps; "
                        "seeded draws are made on the CPU on every device, so results agree across devices to "
@@ -186,8 +191,9 @@ class RunConfig:
         if methods.get(self.method).record_dp and self.dataset in VISION:
             raise ValueError(f"--method {self.method}: DP-SGD is implemented for the tabular (MLP) autoencoder; "
                              f"{self.dataset} uses the conv autoencoder")
-        if self.target_epsilon is not None:
-            _check(self, "target_epsilon", float, lambda v: v > 0, "> 0")
+        for name in ("target_epsilon", "dp_stats_sigma"):
+            if getattr(self, name) is not None:
+                _check(self, name, float, lambda v: v > 0, "> 0")
         for name in ("gamma", "fedprox_mu", "fedprox_coef", "dp_sigma", "dp_grad_sigma", "dp_code_sigma"):
             _check(self, name, float, lambda v: v >= 0, "≥ 0")
 
@@ -226,7 +232,8 @@ class RunConfig:
 ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile",
                "dp_grad_clip": 1.0, "dp_grad_sigma": 1.0, "dp_code_clip": 1.0, "dp_code_sigma": 1.0,
                "target_epsilon": None, "gmm_warm_start": False, "eval_align_clients": "all",
-               "small_sites": "error", "data_digest": None, "eval_local_epochs": False, "eval_recon_epochs": True}
+               "small_sites": "error", "data_digest": None, "eval_local_epochs": False, "eval_recon_epochs": True,
+               "dp_stats_sigma": None}
 
 
 # Fields that say where a run computes, not what: kept out of its key.

@@ -20,7 +20,7 @@ _GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weight
                   "eval_align_epochs", "eval_align_clients", "gmm_warm_start", "eval_recon_epochs"})
 _LOCAL = frozenset({"local_epochs"})
 _SHARING = _LOCAL | {"baseline_eval", "optimizer_state", "eval_local_epochs"}  # protocol variants, a diagnostic
-_RECORD_DP = frozenset({"dp_grad_clip", "dp_grad_sigma", "target_epsilon", "dp_delta"})
+_RECORD_DP = frozenset({"dp_grad_clip", "dp_grad_sigma", "target_epsilon", "dp_delta", "dp_stats_sigma"})
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,23 @@ def is_record_dp(cfg) -> bool:
     return methods.get(cfg.method).record_dp
 
 
+def stats_noise(options) -> float | None:
+    """σ_s of the preprocessing statistics when a run releases them through mechanism 0 (a record-DP method with
+    ``--dp-stats-sigma``), else None. ``options``: a RunConfig or a dict of options."""
+    get = options.get if isinstance(options, dict) else lambda k, d=None: getattr(options, k, d)
+    sigma = get("dp_stats_sigma")
+    return float(sigma) if sigma is not None and methods.get(get("method", "gca")).record_dp else None
+
+
+def refuse_plain_statistics(cfg) -> None:
+    """One answer in both drivers: a record-DP run whose encoding is fitted from per-site statistics releases them
+    privately (``--dp-stats-sigma``) or does not run (the Flower ServerApp and the simulator's per-site fit)."""
+    if is_record_dp(cfg) and cfg.dp_stats_sigma is None:
+        raise ValueError(f"--method {cfg.method}: the shared encoding is fitted from each site's row count, column "
+                         "means and scatter, which ε would not cover: set --dp-stats-sigma (their Gaussian release, "
+                         "accounted in ε; numeric features need a public 'range' in the schema; docs/DP.md)")
+
+
 def schedules(cfg, sizes) -> list[dp.ClientSchedule]:
     """What each client runs over the whole run (every round counted: φ < 1 is not amplified)."""
     gca = methods.get(cfg.method).family == "gca"
@@ -32,7 +49,7 @@ def resolve(cfg, sizes) -> dp.RecordDP | None:
     """The run's noise: the explicit σ's, or one σ calibrated to ``--target-epsilon``; None without record DP."""
     if not is_record_dp(cfg):
         return None
-    given = dp.RecordDP(cfg.dp_grad_clip, cfg.dp_grad_sigma, cfg.dp_code_clip, cfg.dp_code_sigma)
+    given = dp.RecordDP(cfg.dp_grad_clip, cfg.dp_grad_sigma, cfg.dp_code_clip, cfg.dp_code_sigma, cfg.dp_stats_sigma)
     if cfg.target_epsilon is None:
         return given
     return _calibrated(tuple(schedules(cfg, sizes)), given, cfg.dp_delta, cfg.target_epsilon)

@@ -27,7 +27,7 @@ DATASETS = registry.names()
 
 def load_dataset(
     name: str, data_dir: Path | str | DataSource | None = None, *, seed: int = 100, download: bool = True,
-    drop_sites_below: int | None = None,
+    drop_sites_below: int | None = None, stats_sigma: float | None = None,
 ) -> FederatedDataset:
     """Load dataset ``name``: a preset from ``<data_dir>/<name>/`` (downloading missing files if allowed),
     or own data when ``data_dir`` is a :class:`DataSource` (whose label must be ``name``).
@@ -38,7 +38,10 @@ def load_dataset(
     if isinstance(data_dir, DataSource):
         if data_dir.label != name:
             raise DataError(f"the run's dataset is {name!r} but the data source is {data_dir.label!r}")
-        return data_dir.load(seed, drop_sites_below=drop_sites_below)
+        return data_dir.load(seed, drop_sites_below=drop_sites_below, stats_sigma=stats_sigma)
+    if stats_sigma is not None:
+        raise DataError(f"--dp-stats-sigma releases per-site statistics of own data; built-in {name!r} is encoded "
+                        "from its pooled training rows (ε does not cover that encoding: summary.json's dp.not_covered)")
     if registry.get(name).kind == "tabular":
         from .presets import load_tabular
 

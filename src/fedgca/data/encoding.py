@@ -275,6 +275,25 @@ def local_stats(X: np.ndarray) -> dict[str, np.ndarray]:
     return {"n": np.array([n], dtype=np.int64), "mean": mean, "m2": m2}
 
 
+def released_stats(X: np.ndarray, schema, *, stats_sigma: float | None, seed: int, site: int,
+                   where: str = "schema") -> dict[str, np.ndarray]:
+    """What site ``site`` releases for the shared encoding: :func:`local_stats`, or with ``stats_sigma`` their DP
+    release (``fedgca.protocol.dp.private_column_stats`` over the schema's public bounds, noise drawn with
+    (seed, site)). The simulator's per-site fit and a Flower node both call it, so they release the same bytes."""
+    if stats_sigma is None:
+        return local_stats(X)
+    from fedgca import seeding
+    from fedgca.protocol.dp import private_column_stats
+
+    if schema.corr_threshold < 1:
+        raise DataError(f"{where}: --dp-stats-sigma releases column sums and sums of squares, not the scatter matrix "
+                        f"the correlation filter needs: set corr_threshold 1 (off) in the schema, not "
+                        f"{schema.corr_threshold}")
+    low, high = schema.public_bounds(where)
+    n, mean, m2 = private_column_stats(X, low, high, stats_sigma, seeding.rng(seed, "dp-stats", site))
+    return {"n": np.array([n], dtype=np.int64), "mean": mean, "m2": m2}
+
+
 def pool_stats(stats: list[dict[str, np.ndarray]]) -> tuple[int, np.ndarray, np.ndarray]:
     """Exact pooled (n, mean, scatter) from per-node aggregates (parallel-variance formula)."""
     n = sum(int(s["n"][0]) for s in stats)

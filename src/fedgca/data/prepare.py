@@ -134,9 +134,9 @@ def _require_classes(labels, schema: Schema, normal, anomaly, where: str, need_a
 
 
 def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, name: str = "data",
-            drop_sites_below: int | None = None) -> FederatedDataset:
+            drop_sites_below: int | None = None, stats_sigma: float | None = None) -> FederatedDataset:
     """Split, fit SPEC §4's encoding on the training normals, encode: the dataset a run trains on.
-    ``drop_sites_below``: see :meth:`DataSource.load` (the per-site split only)."""
+    ``drop_sites_below``, ``stats_sigma``: see :meth:`DataSource.load` (the per-site split only)."""
     schema = table.schema
     where = ", ".join(table.files) if len(table.files) <= 3 else f"{table.files[0]} and {len(table.files) - 1} more"
     if table.labels is None:
@@ -178,8 +178,12 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         del X_all
     imputed = {c: int(np.isnan(X_train[:, j]).sum()) for j, c in enumerate(columns)
                if c not in categories and np.isnan(X_train[:, j]).any()}
+    if stats_sigma is not None and test_sites is None:
+        raise DataError(f"{where}: --dp-stats-sigma releases each site's statistics for the shared encoding, which "
+                        "is fitted from per-site statistics under the per-site test split only (--test-split "
+                        "per-site with sites); here it is fitted on the pooled training rows")
     if test_sites is not None:  # fitted from per-site aggregates, in site order, as a Flower server fits it
-        pre = _fit_from_sites(pre, X_train, table, train_rows, columns, categories, schema)
+        pre = _fit_from_sites(pre, X_train, table, train_rows, columns, categories, schema, seed, stats_sigma)
         train = pre.transform_encoded(X_train)
     else:
         train = pre.fit_transform_encoded(X_train, columns, categories)
@@ -204,6 +208,9 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         info["imputed_training_cells"] = imputed
     if test_sites is not None and dropped_sites:
         info["dropped_sites"] = dropped_sites
+    if test_sites is not None:  # what a deployment releases for the encoding (fedgca.privacy reads it)
+        info["encoding_fit"] = "per-site statistics" if stats_sigma is None else "per-site statistics, DP release"
+        info["stats_sigma"] = stats_sigma
     return FederatedDataset(
         name=name, kind="tabular", train=train, test_x=test_x, test_y=test_y, preprocessor=pre,
         feature_names=list(pre.kept_columns_), info=info, schema=schema, sites=sites, site_names=site_names,
@@ -211,10 +218,11 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
     )
 
 
-def _fit_from_sites(pre, X_train, table, train_rows, columns, categories, schema):
-    """The encoding fitted from each site's (n, mean, scatter) of its encoded training rows, pooled in site
-    order: ``fedgca.data.encoding.fit_from_stats``, the function a Flower server applies to its nodes'."""
-    from .encoding import fit_from_stats, local_stats
+def _fit_from_sites(pre, X_train, table, train_rows, columns, categories, schema, seed, stats_sigma):
+    """The encoding fitted from each site's (n, mean, scatter) of its encoded training rows — or their DP release
+    under ``stats_sigma`` — pooled in site order: ``fedgca.data.encoding.fit_from_stats``, the function a Flower
+    server applies to its nodes'."""
+    from .encoding import fit_from_stats, released_stats
 
     fixed = {c for c in categories if c not in (schema.categories or {})}
     if fixed:
@@ -225,5 +233,6 @@ def _fit_from_sites(pre, X_train, table, train_rows, columns, categories, schema
         raise DataError("the per-site split fits the encoding from per-site aggregates, which cannot impute: "
                         "the training rows have empty numeric cells; fill them or use another test split")
     codes, _ = pd.factorize(table.sites.iloc[train_rows], sort=True)
-    stats = [local_stats(X_train[codes == j]) for j in range(int(codes.max()) + 1)]
+    stats = [released_stats(X_train[codes == j], schema, stats_sigma=stats_sigma, seed=seed, site=j)
+             for j in range(int(codes.max()) + 1)]
     return fit_from_stats(schema, stats)

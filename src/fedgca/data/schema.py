@@ -7,7 +7,7 @@ of per-site files, and a Flower node's own rows. It is a JSON file a person can 
 
     {
       "features": [
-        {"name": "age", "type": "numeric"},
+        {"name": "age", "type": "numeric", "range": [18, 100]},
         {"name": "job", "type": "categorical", "categories": ["admin.", "blue-collar"]}
       ],
       "label": {"column": "y", "normal": ["no"], "anomaly": ["yes"]},
@@ -20,7 +20,9 @@ of per-site files, and a Flower node's own rows. It is a JSON file a person can 
 
 * ``features``: the model's input columns in order. ``categorical`` columns are encoded as
   integer codes over their ``categories`` (sorted); without a list, the categories are fitted
-  on the training normals (SPEC §4). A value outside the list gets a dedicated code.
+  on the training normals (SPEC §4). A value outside the list gets a dedicated code. A numeric
+  feature's optional ``range`` gives public bounds (known without reading the rows): a DP run's
+  preprocessing statistics (``--dp-stats-sigma``) clip each value to them.
 * ``label``: rows whose label is in ``normal`` are normal; ``anomaly`` lists the anomalous
   values (omitted: every other value); ``unused`` values belong to neither (academic's
   Enrolled). The label is only read to split and to evaluate; training sees normal rows only.
@@ -47,10 +49,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import DataError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NUMERIC, CATEGORICAL = "numeric", "categorical"
 TEST_SPLITS = ("balanced", "balanced-tail", "per-site", "file")
@@ -71,6 +78,7 @@ class Feature:
     name: str
     type: str = NUMERIC  # "numeric" | "categorical"
     categories: tuple[str, ...] | None = None  # categorical: the sorted list, or None = fit on training normals
+    range: tuple[float, float] | None = None  # numeric: public bounds (--dp-stats-sigma clips to them), or None
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,24 @@ class Schema:
                 out.append(c)
         return out
 
+    def public_bounds(self, where: str = "schema") -> tuple[np.ndarray, np.ndarray]:
+        """Each encoded column's public [low, high]: a numeric feature's ``range``, a categorical one's codes
+        [0, #categories] (the last: unseen). What ``--dp-stats-sigma`` clips a row to; no data is read."""
+        missing = [f.name for f in self.features if f.type == NUMERIC and f.range is None]
+        unlisted = [f.name for f in self.features if f.type == CATEGORICAL and f.categories is None]
+        if missing or unlisted:
+            need = [f"numeric feature(s) {', '.join(map(repr, missing))} need a public \"range\": [low, high]"] \
+                if missing else []
+            need += [f"categorical feature(s) {', '.join(map(repr, unlisted))} need their 'categories'"] \
+                if unlisted else []
+            raise DataError(f"{where}: --dp-stats-sigma clips each row to public bounds: {'; '.join(need)} (bounds "
+                            "you know without looking at the rows: read off the data they are not public)")
+        import numpy as np
+
+        low = [f.range[0] if f.type == NUMERIC else 0.0 for f in self.features]
+        high = [f.range[1] if f.type == NUMERIC else float(len(f.categories)) for f in self.features]
+        return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+
     def is_normal(self, values) -> "object":
         return values.isin(self.normal)
 
@@ -190,7 +216,7 @@ class Schema:
                 if kind != CATEGORICAL:
                     raise DataError(f"{where}: feature {f['name']!r}: only categorical features have categories")
                 cats = tuple(sorted({str(c) for c in cats}))
-            feats.append(Feature(str(f["name"]), kind, cats))
+            feats.append(Feature(str(f["name"]), kind, cats, _range(f, kind, where)))
         if not feats:
             raise DataError(f"{where}: 'features' must list at least one column")
         names = [f.name for f in feats]
@@ -254,6 +280,8 @@ class Schema:
             item: dict = {"name": f.name, "type": f.type}
             if f.categories is not None:
                 item["categories"] = list(f.categories)
+            if f.range is not None:
+                item["range"] = list(f.range)
             feats.append(item)
         d: dict = {"features": feats}
         if self.label is not None:
@@ -280,3 +308,20 @@ class Schema:
     def digest(self) -> str:
         """Same schema ⇔ same digest (a Flower server checks its nodes agree; runs record it)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _range(f: dict, kind: str, where: str) -> tuple[float, float] | None:
+    """A feature's public range from its JSON, checked: two finite numbers, low < high, numeric features only."""
+    r = f.get("range")
+    if r is None:
+        return None
+    if kind != NUMERIC:
+        raise DataError(f"{where}: feature {f['name']!r}: only numeric features have a range (a categorical one's "
+                        "codes are bounded by its categories)")
+    try:
+        low, high = (float(v) for v in r)
+    except (TypeError, ValueError):
+        raise DataError(f"{where}: feature {f['name']!r}: range must be [low, high], got {r!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise DataError(f"{where}: feature {f['name']!r}: range must be two finite numbers with low < high, got {r!r}")
+    return low, high

@@ -101,16 +101,19 @@ class DataSource:
             test = read_file(tpath, schema)
         return table, test
 
-    def load(self, seed: int = 100, *, drop_sites_below: int | None = None) -> FederatedDataset:
+    def load(self, seed: int = 100, *, drop_sites_below: int | None = None,
+             stats_sigma: float | None = None) -> FederatedDataset:
         """``drop_sites_below``: under the per-site test split, leave out every site that cannot hold a test set
-        and this many training normals (``--small-sites drop`` with the natural partition: B)."""
+        and this many training normals (``--small-sites drop`` with the natural partition: B). ``stats_sigma``:
+        the per-site statistics the encoding is fitted from are their DP release (``--dp-stats-sigma``)."""
         # the content digest is hashed in a thread beside the parse (hashlib releases the GIL on large blocks)
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=1) as pool:
             digest = pool.submit(self.digest)
             table, test = self.read()
-            ds = prepare(table, test, seed=seed, name=self.label, drop_sites_below=drop_sites_below)
+            ds = prepare(table, test, seed=seed, name=self.label, drop_sites_below=drop_sites_below,
+                         stats_sigma=stats_sigma)
             ds.info["digest"] = digest.result()
         return ds
 

@@ -116,9 +116,11 @@ def parse_spec(doc: dict, name: str = "sweep") -> SweepSpec:
 
 
 def _bind(values: dict, source, loaded: dict) -> RunConfig:
-    """Own data's config for these options (the data read once per seed: its test split depends on it)."""
+    """Own data's config for these options (the data read once per seed and --dp-stats-sigma: its test split and
+    encoding depend on them)."""
+    from fedgca import privacy
     from fedgca.binding import bind
 
-    seed = values.get("seed", RunConfig.__dataclass_fields__["seed"].default)
-    cfg, loaded[seed] = bind({k: v for k, v in values.items() if k != "dataset"}, source, dataset=loaded.get(seed))
+    key = (values.get("seed", RunConfig.__dataclass_fields__["seed"].default), privacy.stats_noise(values))
+    cfg, loaded[key] = bind({k: v for k, v in values.items() if k != "dataset"}, source, dataset=loaded.get(key))
     return cfg

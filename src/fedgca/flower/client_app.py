@@ -28,7 +28,7 @@ from flwr.clientapp import ClientApp
 
 from fedgca import devices, methods, privacy, seeding
 from fedgca.config import ABLATION_CLIENT
-from fedgca.data.encoding import local_stats
+from fedgca.data.encoding import released_stats
 from fedgca.evaluation.metrics import (
     evaluate_clients,
     quantile_threshold,
@@ -179,14 +179,17 @@ def info(msg: Message, context: Context) -> Message:
 
 @app.query("stats")
 def stats(msg: Message, context: Context) -> Message:
-    """Own data: n_i, means and centred scatter of the encoded training rows (nothing per record)."""
+    """Own data: n_i, means and centred scatter of the encoded training rows (nothing per record), or their DP
+    release under --dp-stats-sigma (the simulator's per-site fit calls the same function)."""
     nc = dict(context.node_config)
     cfg = run_config_from_record(msg.content[CONFIG])
-    _, X = node_data.csv_encoded_training_rows(cfg, nc, node_data.client_id_of(nc, context.node_id))
+    cid = node_data.client_id_of(nc, context.node_id)
+    schema, X = node_data.csv_encoded_training_rows(cfg, nc, cid)
     min_rows = int(nc.get("stats-min-rows", owndata.DEFAULT_STATS_MIN_ROWS))
     if len(X) < min_rows:
         raise RuntimeError(f"refusing to share statistics of {len(X)} rows (stats-min-rows = {min_rows})")
-    return _reply(msg, **{STATS: array_record(local_stats(X))})
+    return _reply(msg, **{STATS: array_record(released_stats(X, schema, stats_sigma=privacy.stats_noise(cfg),
+                                                             seed=cfg.seed, site=cid, where=f"node {cid}"))})
 
 
 @app.query("setup")

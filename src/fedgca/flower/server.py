@@ -171,6 +171,9 @@ class FlowerServer:
             raise RuntimeError("nodes mix built-in partitions and own CSV data; use one kind per federation")
         if sources == {"csv"}:
             infos = self._fit_own_preprocessing(infos, cfgrec)
+        elif privacy.stats_noise(self.cfg) is not None:
+            raise ValueError("--dp-stats-sigma releases the per-site statistics own-data nodes fit the shared encoding "
+                             "from; these nodes hold a built-in dataset, encoded without them")
         clients: dict[int, Client] = {}
         for node, i in sorted(infos.items()):
             cid = int(i["client-id"])
@@ -199,10 +202,15 @@ class FlowerServer:
             log.warning("node %d uses a different schema file (digest %s ≠ %s): excluded", node,
                         infos[node]["schema-digest"], common)
             infos.pop(node)
-        if privacy.is_record_dp(self.cfg):  # before any statistic leaves a node
-            raise ValueError(f"--method {self.cfg.method}: own-data nodes would send the server their row means and "
-                             "scatter matrices for the preprocessing, which the DP accountant does not cover yet "
-                             "(docs/DP.md); run record-level DP on builtin or pre-encoded data")
+        node = next(iter(infos))
+        schema = owndata.require_category_lists(
+            owndata.Schema.from_dict(json.loads(infos[node]["schema"]), f"schema of node {node}"), f"schema of node {node}")
+        privacy.refuse_plain_statistics(self.cfg)  # before any statistic leaves a node
+        if privacy.stats_noise(self.cfg) is not None:  # the nodes' release needs public bounds: checked here, once
+            schema.public_bounds(f"schema of node {node}")
+            if schema.corr_threshold < 1:
+                raise ValueError(f"--dp-stats-sigma releases column sums and sums of squares, not the scatter matrix "
+                                 f"the schema's correlation filter (corr_threshold {schema.corr_threshold}) needs")
         replies, _ = self.exchange("query.stats", -1, [self.message_to(n, "query.stats", -1, **{CONFIG: cfgrec})
                                                        for n in infos])
         stats, contributors = [], []
@@ -224,9 +232,6 @@ class FlowerServer:
             contributors.append(node)
         if not stats:
             raise RuntimeError("no node shared preprocessing statistics")
-        node = next(iter(infos))
-        schema = owndata.require_category_lists(
-            owndata.Schema.from_dict(json.loads(infos[node]["schema"]), f"schema of node {node}"), f"schema of node {node}")
         pre = fit_from_stats(schema, stats)
         self.preprocessor = pre.to_dict()
         self.rec.write("preprocessor.json", self.preprocessor)

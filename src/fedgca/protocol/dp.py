@@ -21,9 +21,19 @@ The server's clustering, the broadcast centroids and counts, and the alignment t
 post-processing of the noised codes. DP-SGD-FedAvg runs mechanism 1 only (its released models are
 post-processing of the noised gradients). Everything is composed over the rounds a client takes
 part in with dp-accounting's RDP accountant.
+
+0. Own data fitted from per-site statistics (``--dp-stats-sigma``): before round 1 each site releases,
+   once, the statistics the shared encoding is fitted from — its rows' column sums and sums of squares.
+   Each encoded row is mapped onto [−1, 1]^d by public per-column ranges (the schema's ``range`` for a
+   numeric column, the category codes [0, #categories] for a categorical one; values outside are
+   clipped), so one row contributes a vector u of norm ≤ √d to the sums and u² ∈ [0, 1]^d to the sums
+   of squares. Both sums get N(0, (σ_s √d)²) per coordinate: replacing one row moves Σu by ≤ 2√d and
+   Σu² by ≤ √d, two Gaussians of multipliers σ_s / 2 and σ_s, composed once with the rest. The means
+   and variances the encoding needs are post-processing of the noised sums.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -45,6 +55,7 @@ class RecordDP:
     grad_sigma: float = 1.0  # σ_g
     code_clip: float = 1.0  # C_z
     code_sigma: float = 1.0  # σ_z
+    stats_sigma: float | None = None  # σ_s of the preprocessing statistics (mechanism 0); None: not released by it
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,37 @@ def sgd_batches(rng: np.random.Generator, rows: int, batch_size: int) -> np.ndar
     return np.stack([rng.choice(rows, size=b, replace=False) for _ in range(steps)])
 
 
+STATS_SUM_SENSITIVITY = 2.0  # Σu, u ∈ [−1, 1]^d: ||u − u'|| ≤ 2√d = 2 × the noise scale √d
+STATS_SQUARES_SENSITIVITY = 1.0  # Σu², u² ∈ [0, 1]^d: ||u² − u'²|| ≤ √d = 1 × the noise scale
+
+
+def private_column_stats(X: np.ndarray, low: np.ndarray, high: np.ndarray, sigma: float,
+                         rng: np.random.Generator) -> tuple[int, np.ndarray, np.ndarray]:
+    """Mechanism 0 on one site's encoded training rows X [n, d]: (n, column means, diagonal scatter matrix),
+    from its noised column sums and sums of squares over the public ranges [low, high] (docstring above).
+
+    The variances are floored at the noise's own scale (σ_s √d / n on a variance in [−1, 1] units): a column
+    whose variance the noise cannot resolve is not standardised by a figure the noise made up.
+    """
+    n, d = X.shape
+    mid, half = (high + low) / 2.0, (high - low) / 2.0
+    u = np.clip((np.asarray(X, dtype=np.float64) - mid) / half, -1.0, 1.0)
+    scale = sigma * math.sqrt(d)
+    sums = u.sum(axis=0) + rng.standard_normal(d) * scale
+    squares = np.square(u).sum(axis=0) + rng.standard_normal(d) * scale
+    mean_u = np.clip(sums / n, -1.0, 1.0)
+    var_u = np.maximum(squares / n - np.square(mean_u), scale / n)
+    return n, mid + half * mean_u, np.diag(n * np.square(half) * var_u)
+
+
+def stats_event(stats_sigma: float):
+    """The dp-accounting event of mechanism 0 (once per run)."""
+    import dp_accounting as dpa
+
+    return dpa.ComposedDpEvent([dpa.GaussianDpEvent(stats_sigma / STATS_SUM_SENSITIVITY),
+                                dpa.GaussianDpEvent(stats_sigma / STATS_SQUARES_SENSITIVITY)])
+
+
 # ---------------------------------------------------------------------------- accounting
 
 
@@ -103,7 +145,8 @@ def client_event(schedule: ClientSchedule, dp: RecordDP):
                                      schedule.sgd_epochs_per_round * schedule.steps_per_epoch)]
     if schedule.upload_rows > 0:
         parts.append(subsampled(schedule.upload_rows, dp.code_sigma))
-    return dpa.SelfComposedDpEvent(dpa.ComposedDpEvent(parts), schedule.rounds)
+    rounds = dpa.SelfComposedDpEvent(dpa.ComposedDpEvent(parts), schedule.rounds)
+    return rounds if dp.stats_sigma is None else dpa.ComposedDpEvent([stats_event(dp.stats_sigma), rounds])
 
 
 def epsilon(event, delta: float) -> float:
@@ -131,14 +174,19 @@ def calibrate(schedules: list[ClientSchedule], dp: RecordDP, delta: float, targe
 
     The budget split: both mechanisms get the same multiplier; the code release is one event per
     round against ~(T_recon + T_align)·N_i/B DP-SGD steps, so it takes a small share of the RDP
-    (reported per run as ``epsilon_codes_only``). ε falls as σ grows.
+    (reported per run as ``epsilon_codes_only``). ε falls as σ grows. The preprocessing statistics'
+    σ_s is given, not calibrated: the training gets what their release leaves.
     """
     if not (math.isfinite(target_epsilon) and target_epsilon > 0):
         raise ValueError(f"--target-epsilon must be a finite number > 0, got {target_epsilon!r}")
     distinct = sorted(set(schedules), key=lambda s: (s.rows, s.rounds))
+    if dp.stats_sigma is not None and epsilon(stats_event(dp.stats_sigma), delta) >= target_epsilon:
+        raise ValueError(f"--target-epsilon {target_epsilon}: the preprocessing statistics alone spend "
+                         f"ε = {epsilon(stats_event(dp.stats_sigma), delta):.3g} at --dp-stats-sigma "
+                         f"{dp.stats_sigma}; raise --dp-stats-sigma or the target")
 
     def worst(sigma: float) -> float:
-        trial = RecordDP(dp.grad_clip, sigma, dp.code_clip, sigma)
+        trial = RecordDP(dp.grad_clip, sigma, dp.code_clip, sigma, dp.stats_sigma)
         return max(client_epsilons(distinct, trial, delta))
 
     # bracket, then regula falsi (Illinois) on log ε(log σ), which is close to a line: a few accountant calls
@@ -173,29 +221,36 @@ def calibrate(schedules: list[ClientSchedule], dp: RecordDP, delta: float, targe
             if side == 1:
                 ga /= 2
             side = 1
-    return RecordDP(dp.grad_clip, hi, dp.code_clip, hi)
+    return RecordDP(dp.grad_clip, hi, dp.code_clip, hi, dp.stats_sigma)
 
 
 def accounting_record(schedules: list[ClientSchedule], dp: RecordDP, delta: float,
                       target_epsilon: float | None) -> dict:
     """summary.json's ``dp`` block for a record-level DP run."""
     eps = client_epsilons(schedules, dp, delta)
+    training = dataclasses.replace(dp, stats_sigma=None)
     sgd_only = client_epsilons([ClientSchedule(s.rows, s.batch_size, s.sgd_epochs_per_round, 0, s.rounds)
-                                for s in schedules], dp, delta)
+                                for s in schedules], training, delta)
     record = {
         "epsilon": max(eps), "epsilon_per_client": eps, "delta": delta, "target_epsilon": target_epsilon,
         "grad_clip": dp.grad_clip, "grad_sigma": dp.grad_sigma, "epsilon_sgd_only": max(sgd_only),
         "accountant": "RDP (dp-accounting), record-level, replace-one adjacency (N_i public)",
-        "label": "a formal (ε, δ) guarantee for every training record of every client, covering all a client "
-                 "releases during training rounds (docs/DP.md)",
-        # The shared encoding (standardisation, imputation means) is fitted on the clients' training normals
-        # before round 1 without noise; a deployment releases those statistics (a Flower server pools them), so
-        # ε does not cover them, and the record says so rather than claiming everything (issue #43 item 3).
-        "not_covered": "the preprocessing: each client's column statistics (means, scatter) that fit the shared "
-                       "encoding before training are released without noise and are not in ε",
     }
+    if dp.stats_sigma is not None:
+        record.update(
+            stats_sigma=dp.stats_sigma, epsilon_preprocessing_only=epsilon(stats_event(dp.stats_sigma), delta),
+            label="a formal (ε, δ) guarantee for every training record of every client, covering all a client "
+                  "releases: the preprocessing statistics and the training rounds (docs/DP.md)")
+    else:
+        record.update(
+            label="a formal (ε, δ) guarantee for every training record of every client, covering all a client "
+                  "releases during training rounds (docs/DP.md)",
+            # The shared encoding is then fitted on the clients' training normals without noise; a deployment
+            # releases those statistics, so ε does not cover them, and the record says so (issue #43 item 3).
+            not_covered="the preprocessing: each client's column statistics (means, scatter) that fit the shared "
+                        "encoding before training are released without noise and are not in ε")
     if any(s.upload_rows for s in schedules):
         codes_only = client_epsilons([ClientSchedule(s.rows, s.batch_size, 0, s.upload_rows, s.rounds)
-                                      for s in schedules], dp, delta)
+                                      for s in schedules], training, delta)
         record.update(code_clip=dp.code_clip, code_sigma=dp.code_sigma, epsilon_codes_only=max(codes_only))
     return record

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedgca import devices, methods
+from fedgca import devices, methods, privacy
 from fedgca.config import RunConfig
 from fedgca.data import load_dataset
 from fedgca.data.dataset import FederatedDataset
@@ -97,7 +97,13 @@ def check_memory(cfg: RunConfig, input_shape, shard_sizes, n_test: int) -> None:
 
 def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | None = None) -> Federation:
     cfg = cfg.resolved()
-    dataset = dataset or load_dataset(cfg.dataset, data_dir, seed=cfg.seed, drop_sites_below=sites_below(cfg))
+    dataset = dataset or load_dataset(cfg.dataset, data_dir, seed=cfg.seed, drop_sites_below=sites_below(cfg),
+                                      stats_sigma=privacy.stats_noise(cfg))
+    if "encoding_fit" in dataset.info:  # fitted from per-site statistics, as a deployment fits it
+        privacy.refuse_plain_statistics(cfg)
+        if dataset.info.get("stats_sigma") != privacy.stats_noise(cfg):
+            raise ValueError(f"the dataset given was encoded with --dp-stats-sigma {dataset.info.get('stats_sigma')}, "
+                             f"the run asks for {privacy.stats_noise(cfg)}")
     if cfg.data_digest is not None and dataset.info.get("digest") not in (None, cfg.data_digest):
         raise ValueError(f"the data given is not the data this run was made with (content digest "
                          f"{dataset.info['digest']}, the run's {cfg.data_digest})")
