@@ -34,6 +34,7 @@ from bench_roofline import sgemm_gflops  # noqa: E402
 
 from fedgca import seeding  # noqa: E402
 from fedgca.config import RunConfig  # noqa: E402
+from fedgca.data.source import DataSource  # noqa: E402
 from fedgca.experiments import cost  # noqa: E402
 from fedgca.protocol import gca  # noqa: E402
 from fedgca.protocol.clustering import ClusterSummary  # noqa: E402
@@ -95,7 +96,7 @@ def main() -> None:
     roof = max(roof, sgemm_gflops())
     first = runs[engines[0]]
     fed, g = first["fed"], first["g"]
-    sizes = cost.sizes(cfg, args.data_dir)
+    sizes = cost.sizes(cfg, DataSource.builtin(cfg.dataset, args.data_dir))
     parts = cost.round_parts(cfg, sizes)
     fl = {"recon": parts["recon"] / g.recon_epochs, "align": parts["align"] / g.align_epochs,
           "eval": parts["eval"] / (g.recon_epochs + 1), "gmm": 0.0}

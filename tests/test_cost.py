@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from fedgca.config import RunConfig
+from fedgca.data.source import DataSource
 from fedgca.experiments import cost
 
 
@@ -65,7 +66,7 @@ def test_predicted_flops_equal_the_engines_work(tmp_path, data_dir, counted, ove
 
     cfg = RunConfig("academic", rounds=2, recon_epochs=2, align_epochs=1, local_epochs=2, seed=100, **overrides)
     run(cfg, tmp_path / "run", data_dir=data_dir, progress=False)
-    sizes = cost.sizes(cfg, data_dir)
+    sizes = cost.sizes(cfg, DataSource.builtin(cfg.dataset, data_dir))
     F, F_enc = sizes.forward, sizes.encoder_forward
     measured = 6 * F * counted["train6"] + 6 * F_enc * counted["train3"] + 2 * F * counted["scored"]
     if cfg.participation < 1:  # the prediction counts the participants' expected rows (m/C of all rows)
@@ -76,7 +77,7 @@ def test_predicted_flops_equal_the_engines_work(tmp_path, data_dir, counted, ove
 
 
 def test_sizes_follow_the_partition_and_validation_split(data_dir):
-    s = cost.sizes(RunConfig("academic", val_fraction=0.1), data_dir)
+    s = cost.sizes(RunConfig("academic", val_fraction=0.1), DataSource.builtin("academic", data_dir))
     assert (s.clients, s.train_rows + s.val_rows, s.test_rows, s.forward) == (10, 788, 2842, 46758)
     assert s.val_rows == sum(int(0.1 * n) for n in [79] * 8 + [78] * 2)
 

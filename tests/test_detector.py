@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fedgca.config import RunConfig
+from fedgca.data.source import DataSource
 from fedgca.detector import AnomalyDetector, load_client_detector, save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients
 from fedgca.models import init_model
@@ -15,7 +16,7 @@ from fedgca.simulation.federation import build_federation
 
 def test_saved_threshold_equals_the_evaluations(tmp_path, data_dir):
     cfg = RunConfig(dataset="academic", clients=4, rounds=1)
-    fed = build_federation(cfg, data_dir)
+    fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
     method = simulator("gca")(fed)
     save_client_detectors(tmp_path, fed, method)
     res = evaluate_clients(fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, cfg.resolved().quantile)
@@ -29,7 +30,7 @@ def test_load_client_detector_checks_the_manifest(tmp_path, data_dir):
     from fedgca import rundir
 
     cfg = RunConfig(dataset="academic", clients=2, rounds=1)
-    fed = build_federation(cfg, data_dir)
+    fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
     rundir.record(tmp_path, *save_client_detectors(tmp_path, fed, simulator("gca")(fed)))
     assert load_client_detector(tmp_path, 1).threshold_ is not None
     model = tmp_path / "clients" / "client_001" / "model.pt"

@@ -15,6 +15,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from fedgca.cli.main import main as cli_main
 from fedgca.config import RunConfig
+from fedgca.data.source import DataSource
 from fedgca.flower import owndata
 from fedgca.flower.config import parse_run_config, to_run_config
 from fedgca.flower.records import stacked_state_from_record, stacked_state_record
@@ -82,7 +83,7 @@ def test_partial_participation_samples_as_the_simulator(tmp_path, data_dir):
 
     cfg = _magic(clients=4, participation=0.5, k=10)
     s = simulate(cfg, tmp_path, data_dir=data_dir, eval_recon_epochs=False)
-    fed = build_federation(cfg, data_dir)
+    fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
     expected = [[int(i) for i in torch.nonzero(fed.participants(r)).flatten()] for r in range(2)]
     assert [p["sampled"] for p in s["participation"]] == expected
     assert [p["took_part"] for p in s["participation"]] == expected

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from fedgca.data.source import DataSource
 from fedgca.evaluation.metrics import (
     auroc_rows,
     average_precision_rows,
@@ -86,7 +87,7 @@ def test_scores_do_not_depend_on_the_pass_size(monkeypatch, data_dir):
     from fedgca.config import RunConfig
     from fedgca.simulation.federation import build_federation
 
-    fed = build_federation(RunConfig(dataset="magic", method="gca").resolved(), data_dir)
+    fed = build_federation(RunConfig(dataset="magic", method="gca").resolved(), DataSource.builtin("magic", data_dir))
     assert m.chunk_rows(fed.test_x.shape[1:]) == 512 < len(fed.test_x)
     chunked = m.shared_scores(fed.clients, fed.test_x)
     train_chunked = m.shard_scores(fed.clients, fed.shards)
@@ -124,7 +125,7 @@ def test_one_global_model_is_scored_once_with_the_same_result(data_dir):
     from fedgca.evaluation.metrics import evaluate_clients
     from fedgca.simulation.federation import build_federation
 
-    fed = build_federation(RunConfig(dataset="magic", method="fedavg").resolved(), data_dir)
+    fed = build_federation(RunConfig(dataset="magic", method="fedavg").resolved(), DataSource.builtin("magic", data_dir))
     fed.clients.set_all(fed.clients.client_state_dict(3))
     args = (fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, 0.75)
     once, per_client = evaluate_clients(*args, one_model=True), evaluate_clients(*args, one_model=False)

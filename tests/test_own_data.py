@@ -347,7 +347,7 @@ def test_compare_and_sweep_on_own_data(data_dir, tmp_path):
     spec = sweep.load_spec(toml)
     assert [c.clients for c in spec.configs] == [12, 12] and spec.configs[0].data_digest
     # the sweep and compare name the same runs: nothing is run again
-    res = sweep.run_sweep(spec.configs, tmp_path / "cmp", workers=0, data_dir=spec.data)
+    res = sweep.run_sweep(spec.configs, tmp_path / "cmp", workers=0, sources=spec.sources)
     assert res["skipped"] == 2 and res["finished"] == 0
 
 
@@ -413,7 +413,7 @@ def test_attack_on_an_own_data_run(data_dir, tmp_path, capsys):
     from fedgca.attacks.run import attack_run
     from fedgca.data.source import open_source
 
-    rec = attack_run(tmp_path / "r", data_dir=open_source(data[1], schema, name="bank-full"),
+    rec = attack_run(tmp_path / "r", source=open_source(data[1], schema, name="bank-full"),
                      inversion_options={"max_steps": 5})
     assert rec["dataset"] == "bank-full" and rec["ntmse"] > 0
     lines = (data_dir / "bank" / "bank-full.csv").read_text().splitlines(keepends=True)

@@ -76,7 +76,7 @@ def test_loopback_deployment_over_site_files(sites, tmp_path):
     source = open_source(site_dir, schema)
     cfg, dataset = bind({"method": "gca", "partition": "natural", "rounds": 1, "recon_epochs": 1, "align_epochs": 1},
                         source)
-    sim = run(cfg, tmp_path / "sim", data_dir=source, dataset=dataset, progress=False)
+    sim = run(cfg, tmp_path / "sim", source=source, dataset=dataset, progress=False)
     out = tmp_path / "out"
     nodes = list(own_data_nodes(source, tmp_path / "nodes").values())
     app = write_app(tmp_path / "app", to_run_config(cfg, out_dir=str(out), eval_recon_epochs=False))

@@ -8,6 +8,7 @@ import torch
 
 from fedgca import seeding
 from fedgca.config import RunConfig
+from fedgca.data.source import DataSource
 from fedgca.evaluation.metrics import evaluate_clients
 from fedgca.models import init_model
 from fedgca.protocol import fedavg
@@ -27,7 +28,7 @@ def _global_after(tmp_path, data_dir, **kw) -> dict:
 def _reference_fedavg(data_dir, reset: bool) -> dict:
     """Plain per-client loops: torch.optim.Adam per client, fresh each round when ``reset``."""
     cfg = RunConfig(**TINY).resolved()
-    fed = build_federation(cfg, data_dir)
+    fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
     shape, sizes = fed.dataset.input_shape, fed.shards.sizes
     global_params = {k: v.detach().clone() for k, v in init_model(cfg.seed, shape, 0).state_dict().items()}
     clients = [ReferenceClient(init_model(cfg.seed, shape, i), fed.shards.client(i).numpy(), i) for i in range(3)]
@@ -62,7 +63,7 @@ def test_baseline_eval_local_scores_the_pre_aggregation_models(tmp_path, data_di
     assert [(r["phase"], r["paper"]) for r in rows] == [("local", "1"), ("round", "0")]
     # the local row is the evaluation of what each client uploaded (its model before aggregation)
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    fed = build_federation(cfg, data_dir)
+    fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
     uploaded = StackedModels([init_model(cfg.seed, fed.dataset.input_shape, i) for i in range(3)])
     with torch.no_grad():
         for k, p in uploaded.params.items():
@@ -116,7 +117,7 @@ def test_validation_threshold(tmp_path, data_dir):
     assert val["final"]["auroc"] == train["final"]["auroc"]  # same models: the ranking is untouched
     assert val["final"]["accuracy"] != train["final"]["accuracy"]
     # the saved detector's τ is the quantile of its validation rows' scores under the final model
-    fed = build_federation(RunConfig(**kw, threshold="val-quantile"), data_dir)
+    fed = build_federation(RunConfig(**kw, threshold="val-quantile"), DataSource.builtin(kw["dataset"], data_dir))
     fed.clients.load_state_dict(torch.load(tmp_path / "val" / "checkpoint.pt", weights_only=True)["clients"])
     scores = shard_scores(fed.clients, fed.val_shards)
     for i in range(3):

@@ -15,6 +15,7 @@ from ray_helpers import (
 )
 
 from fedgca.config import RunConfig
+from fedgca.data.source import DataSource
 from fedgca.experiments import ray_executor, sweep
 from fedgca.ray_local import LOOPBACK, node_addresses
 
@@ -46,7 +47,8 @@ def test_a_node_without_the_drivers_files_returns_the_run_directory(tmp_path, da
     files shipped with the task."""
     cfg = _cfg(method="gca", seed=5)
     ref = _reference(tmp_path, [cfg], data_dir)
-    res = ray_executor._task(sweep.execute, cfg.to_dict(), "/nonexistent/run", "/nonexistent", str(data_dir),
+    res = ray_executor._task(sweep.execute, cfg.to_dict(), "/nonexistent/run", "/nonexistent",
+                             DataSource.builtin(cfg.dataset, str(data_dir)),
                              token="not-this-driver", bundle=None)
     assert res["status"] == "finished" and res["in_place"] is False
     out = tmp_path / "driver" / cfg.key()
@@ -56,7 +58,8 @@ def test_a_node_without_the_drivers_files_returns_the_run_directory(tmp_path, da
     (out / "summary.json").unlink()  # unfinished, with its checkpoint: what a retried or resumed run ships
     shipped = ray_executor.bundle(out)
     assert "checkpoint.pt" in shipped
-    res = ray_executor._task(sweep.execute, cfg.to_dict(), "/nonexistent/run", "/nonexistent", str(data_dir),
+    res = ray_executor._task(sweep.execute, cfg.to_dict(), "/nonexistent/run", "/nonexistent",
+                             DataSource.builtin(cfg.dataset, str(data_dir)),
                              token="not-this-driver", bundle=shipped)
     assert res["status"] == "finished" and res["resumed"] is True
     ray_executor.unpack(res.pop("files"), out)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fedgca.config import RunConfig
+from fedgca.data.source import DataSource
 from fedgca.experiments.sweep_spec import canonical
 from fedgca.reporting import report
 from fedgca.reporting.groups import k_star_of
@@ -312,7 +313,7 @@ def test_a_sweep_in_progress_lists_its_unfinished_runs_and_the_scorecard_says_wh
     report.write_report(root, out, plots=False, data_dir=data_dir)
     pending = list(csv.DictReader((out / report.PENDING).open()))
     assert [r["key"] for r in pending] == [c.key() for c in grid[1:]] and {r["state"] for r in pending} == {"pending"}
-    flops = {c.key(): cost.run_flops(c, cost.sizes(c, data_dir)) for c in grid}
+    flops = {c.key(): cost.run_flops(c, cost.sizes(c, DataSource.builtin(c.dataset, data_dir))) for c in grid}
     left = sum(flops[c.key()] for c in grid[1:])
     assert [float(r["tflop"]) for r in pending] == [round(flops[c.key()] / 1e12, 2) for c in grid[1:]]
     md = (out / "report.md").read_text()

@@ -68,24 +68,23 @@ def _need(value, what: str):
     return value
 
 
-def _source(data) -> DataSource | None:
-    """None for a built-in dataset's name, else own data's source."""
+def _source(data, data_dir=None) -> DataSource:
+    """``data`` as the run's source: a built-in dataset's name, or own data (:func:`load_data`)."""
     if isinstance(data, str) and data in DATASETS:
-        return None
+        return DataSource.builtin(data, data_dir)
     return load_data(data)
 
 
-def _config(data, options: dict) -> tuple[RunConfig, DataSource | None, object]:
+def _config(source: DataSource, options: dict) -> tuple[RunConfig, object]:
+    """The run's resolved config on ``source`` (own data: bound to it, fedgca.binding), and the dataset if loaded."""
     from fedgca.binding import bind
 
     unknown = set(options) - {f.name for f in dataclasses.fields(RunConfig)}
     if unknown:
         raise TypeError(f"unknown run option(s) {', '.join(sorted(unknown))}")
-    source = _source(data)
-    if source is None:
-        return RunConfig(dataset=data, **options).resolved(), None, None
-    cfg, dataset = bind(options, source)
-    return cfg, source, dataset
+    if source.is_builtin:
+        return RunConfig(dataset=source.label, **options).resolved(), None
+    return bind(options, source)
 
 
 @dataclass
@@ -137,9 +136,10 @@ def run(data, method: str = "gca", *, out=None, data_dir=None, resume: bool = Fa
     """
     from fedgca.simulation.runner import run as run_simulation
 
-    cfg, source, dataset = _config(data, {"method": method, **options})
+    source = _source(data, data_dir)
+    cfg, dataset = _config(source, {"method": method, **options})
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix=f"fedgca-{cfg.dataset}-{cfg.method}-"))
-    run_simulation(cfg, out, data_dir=source or data_dir, resume=resume, progress=progress, dataset=dataset)
+    run_simulation(cfg, out, source=source, resume=resume, progress=progress, dataset=dataset)
     return RunResult(out)
 
 
@@ -159,14 +159,14 @@ def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data
     from fedgca.reporting.tables import mean_std
 
     methods = list(methods or grid.DEFAULT_METHODS)
-    source = _source(data)
-    name = source.label if source is not None else data
+    source = _source(data, data_dir)
+    name = source.label
     base = RunConfig(dataset=name, **options)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix=f"fedgca-compare-{name}-"))
     # one worker: in this process (no process to start); more: worker processes that never re-run the caller's
     # script (experiments.pool.bare_main), so a plain script, `python -` and a notebook all work without a __main__ guard
     workers = 0 if executor == "local" and workers == 1 else workers
-    summaries = grid.run_grid(base, [name], methods, list(seeds), out, source or data_dir, workers,
+    summaries = grid.run_grid(base, [name], methods, list(seeds), out, data_dir, workers, sources={name: source},
                                executor=executor, address=address, stack=stack, options=options)
     comparison.write_outputs(out, summaries, methods)
     rows = []

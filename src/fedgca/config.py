@@ -124,7 +124,12 @@ class RunConfig:
 
         Own data has no preset: its C, K and ρ are filled from the data where the run's data is
         read (``fedgca.data.defaults.own_defaults``), so here they must already be set.
+
+        A run resolves its config once: resolving a config that came out of ``resolved()`` and was not changed
+        since returns it as it is (the drivers, the key and the sweep all ask for a resolved config).
         """
+        if self.__dict__.get("_resolved") == self._values():
+            return self
         if self.dataset not in DATASET_PRESETS:
             if not isinstance(self.dataset, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", self.dataset):
                 raise ValueError(f"--dataset: {self.dataset!r} is neither a built-in dataset "
@@ -148,7 +153,11 @@ class RunConfig:
         if cfg.fedprox_coef is None and _is_number(cfg.fedprox_mu) and _is_number(cfg.batch_size) and cfg.batch_size:
             cfg = dataclasses.replace(cfg, fedprox_coef=effective_coefficient(cfg.fedprox_mu, cfg.batch_size))
         cfg.validate()
+        cfg.__dict__["_resolved"] = cfg._values()
         return cfg
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
     def validate(self) -> None:
         """Every field in range; the message names the option as the CLI spells it."""

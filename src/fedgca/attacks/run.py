@@ -78,13 +78,16 @@ def flipping_attack(codes: np.ndarray, input_shape: tuple[int, ...], seed: int, 
     return devices.to_numpy(result.outputs), decodes, dict(surrogate.fit_info, inversion_steps_mean=float(result.steps.float().mean()))
 
 
-def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=None, inversion_options=None,
-               device: str | None = None) -> dict:
+def attack_run(run_dir, *, victim: int = 0, source=None, data_dir=None, surrogate_options=None,
+               inversion_options=None, device: str | None = None) -> dict:
     """Attack ``victim`` of the finished run in ``run_dir``; writes attack.json and attack_outputs.npz there.
+
+    ``source``: the run's records (:class:`~fedgca.data.DataSource`), or the built-in dataset in ``data_dir``.
 
     ``surrogate_options`` / ``inversion_options`` override SPEC §6's presets (tests use small budgets);
     ``device`` (fedgca.devices) where the attack computes, by default the run's ``--device``.
     """
+    from fedgca.data.source import source_for
     from fedgca.simulation.federation import build_federation
     
     run_dir = Path(run_dir)
@@ -100,7 +103,7 @@ def attack_run(run_dir, *, victim: int = 0, data_dir=None, surrogate_options=Non
     if not 0 <= victim < cfg.clients:
         raise ValueError(f"victim {victim} is not a client of this run (C = {cfg.clients})")
     ckpt = rundir.load_tensors(rundir.verify(run_dir, rundir.CHECKPOINT), expect_keys=("clients", "method"))
-    fed = build_federation(cfg, data_dir)
+    fed = build_federation(cfg, source or source_for(cfg.dataset, data_dir))
     try:
         fed.clients.load_state_dict(ckpt["clients"])
     except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:

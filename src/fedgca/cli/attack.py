@@ -29,7 +29,7 @@ def register(sub) -> None:
 def cmd_attack(args) -> int:
     from fedgca.attacks.run import attack_run
 
-    data = args.data_dir
+    source = None
     if args.data:  # own data: the run's own name, so that the source is the run's dataset
         from pathlib import Path
 
@@ -37,8 +37,8 @@ def cmd_attack(args) -> int:
         from fedgca.data.source import open_source
 
         name = rundir.load_json(rundir.verify(Path(args.run), rundir.CONFIG))["dataset"]
-        data = open_source(args.data, args.schema, test_file=args.test_file, test_split=args.test_split, name=name)
-    rec = attack_run(args.run, victim=args.victim, data_dir=data, device=args.device)
+        source = open_source(args.data, args.schema, test_file=args.test_file, test_split=args.test_split, name=name)
+    rec = attack_run(args.run, victim=args.victim, source=source, data_dir=args.data_dir, device=args.device)
     shown = {k: rec[k] for k in ("method", "dataset", "seed", "victim", "ntmse", "delta_cos", "attack_seconds")}
     if "direct_decodes" in rec:
         shown["direct_decodes"] = {k: rec["direct_decodes"][k] for k in ("ntmse", "delta_cos")}

@@ -23,7 +23,7 @@ def cmd_run(args) -> int:
     cfg, source, dataset = config_from_args(args, with_data=True)
     limit_threads(args.threads)
     out = Path(args.out) if args.out else default_out(cfg)
-    summary = run(cfg, out, data_dir=source or args.data_dir, resume=args.resume, dataset=dataset)
+    summary = run(cfg, out, source=source, resume=args.resume, dataset=dataset)
     brief = {k: summary[k] for k in ("dataset", "method", "seed", "rounds", "wall_seconds")}
     brief.update({p: {m: round(summary[p][m], 4) for m in ("accuracy", "auroc", "auprc")}
                   for p in ("final", "peak", "selected")})

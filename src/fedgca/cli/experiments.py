@@ -66,6 +66,7 @@ def register(sub) -> None:
 def cmd_compare(args) -> int:
     from fedgca.cli.options import source_from_args
     from fedgca.config import RunConfig
+    from fedgca.data.source import by_name
     from fedgca.experiments import compare
     from fedgca.reporting import comparison
 
@@ -73,7 +74,6 @@ def cmd_compare(args) -> int:
     if source is None and not args.dataset:
         raise ValueError("give --dataset NAME[,NAME] (built-in datasets) or --data PATH (your own data)")
     datasets = [source.label] if source is not None else [d for d in args.dataset.split(",") if d]
-    data = source if source is not None else args.data_dir
     options = {k: v for k, v in {"rounds": args.rounds, "partition": args.partition, "clients": args.clients,
                                  "small_sites": args.small_sites}.items() if v is not None}
     base = RunConfig(dataset=datasets[0], **options)
@@ -81,9 +81,9 @@ def cmd_compare(args) -> int:
     compare.grid(base, datasets, args.methods, args.seeds, source, options)  # every bad option or file fails here
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, data, args.workers,
-                                 executor=args.executor, address=args.address, gpus_per_run=args.gpus_per_run,
-                                 stack=args.stack, options=options)
+    summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, args.data_dir, args.workers,
+                                 sources=by_name(source), executor=args.executor, address=args.address,
+                                 gpus_per_run=args.gpus_per_run, stack=args.stack, options=options)
     elapsed = time.perf_counter() - started
     print(comparison.render_comparison(summaries, args.methods))
     print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
@@ -91,7 +91,8 @@ def cmd_compare(args) -> int:
     print(f"tables written to {paths['md']} and {paths['csv']}; per-run figures in {paths['runs']}")
     if args.attack:
         table = comparison.render_attacks(
-            compare.attack_grid(base, datasets, args.methods, args.seeds, root, data, options))
+            compare.attack_grid(base, datasets, args.methods, args.seeds, root, args.data_dir, options,
+                                sources=by_name(source)))
         print(table)
         (root / "attacks.md").write_text(table)
         print(f"attack table written to {root / 'attacks.md'}")
@@ -166,9 +167,9 @@ def cmd_sweep(args) -> int:
     out = args.out or spec.out
     if not out:
         raise ValueError("no sweep directory: pass --out DIR (or set `out` in the sweep file)")
-    data_dir = spec.source if spec.source is not None else (args.data_dir or spec.data_dir)
+    data_dir = args.data_dir or spec.data_dir
     if args.dry_run:
-        left = sweep.remaining(out, spec.configs, data_dir)
+        left = sweep.remaining(out, spec.configs, data_dir, spec.sources)
         for cfg in spec.configs:
             f = left["flops"].get(cfg.key())
             print(f"{cfg.key()}  {left['states'][cfg.key()]:8s}  {'' if f is None else f'{f / 1e12:7.2f} TFLOP  '}"
@@ -179,7 +180,7 @@ def cmd_sweep(args) -> int:
             print(f"to run: {sweep.pace_text(left['left_flops'], left['rate'])}", file=sys.stderr)
         return 0
     try:
-        res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir,
+        res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir, sources=spec.sources,
                               verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed,
                               order=args.order, executor=args.executor, address=args.address,
                               gpus_per_run=args.gpus_per_run, stack=args.stack)

@@ -92,7 +92,7 @@ def cmd_simulate(args) -> int:
     cfg, source, _ = config_from_args(args, with_data=True)
     out = _out(args, cfg, args.engine)
     opts = {k: v for k, v in _options(args, out).items() if k != "out_dir"}
-    if source is not None:  # own data: node i reads site file i (fedgca.flower.simulation.own_data_nodes)
+    if not source.is_builtin:  # own data: node i reads site file i (fedgca.flower.simulation.own_data_nodes)
         from fedgca.flower.simulation import own_data_nodes
 
         opts["node_extra"] = own_data_nodes(source, out)

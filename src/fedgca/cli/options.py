@@ -90,15 +90,18 @@ def run_options(args) -> dict:
 def config_from_args(args, *, with_data: bool = False):
     """The resolved RunConfig of parsed options (options left unset take RunConfig's defaults).
 
-    With own data (--data), the data is read to fill what has no preset; ``with_data`` then
-    returns ``(cfg, source, dataset)`` — source and dataset None for a built-in dataset.
+    With own data (--data), the data is read to fill what has no preset. ``with_data`` returns
+    ``(cfg, source, dataset)``: the run's :class:`~fedgca.data.DataSource` (a built-in's in --data-dir, or own
+    data's) and the dataset when reading it was needed (else None).
     """
     source = source_from_args(args)
     if source is None:
         if not getattr(args, "dataset", None):
             raise ValueError("give --dataset NAME (a built-in dataset) or --data PATH (your own data)")
         cfg = RunConfig(**run_options(args)).resolved()
-        return (cfg, None, None) if with_data else cfg
+        from fedgca.data.source import DataSource
+
+        return (cfg, DataSource.builtin(cfg.dataset, getattr(args, "data_dir", None)), None) if with_data else cfg
     from fedgca.binding import bind
 
     cfg, dataset = bind(run_options(args), source)

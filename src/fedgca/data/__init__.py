@@ -1,6 +1,7 @@
 """Datasets (SPEC §4): sources, schemas, readers, preprocessing and client partitions.
 
-``load_dataset(name_or_source)`` is the one entry point. A built-in tabular dataset is a preset
+A :class:`DataSource` is the one way in (``source.load(seed)``; ``DataSource.builtin(name, data_dir)`` for a
+built-in, ``source_for`` for a run's dataset, ``load_dataset(name)`` as a shorthand). A built-in tabular dataset is a preset
 (:mod:`fedgca.data.presets`: a schema and file names) on the same path as your own data
 (:mod:`fedgca.data.source`: a :class:`DataSource` — a file, a directory of per-site files, a
 DataFrame or arrays — and its :class:`Schema`); vision datasets are :mod:`fedgca.data.vision`
@@ -17,7 +18,7 @@ from .errors import DataError
 from .inference import infer_schema
 from .partition import dirichlet_partition, iid_partition
 from .schema import Schema
-from .source import DataSource
+from .source import DataSource, source_for
 
 # the registry's lists (``data.registry``), by kind
 TABULAR = registry.names("tabular")
@@ -25,30 +26,18 @@ VISION = registry.names("vision")
 DATASETS = registry.names()
 
 
-def load_dataset(
-    name: str, data_dir: Path | str | DataSource | None = None, *, seed: int = 100, download: bool = True,
-    drop_sites_below: int | None = None, stats_sigma: float | None = None,
-) -> FederatedDataset:
-    """Load dataset ``name``: a preset from ``<data_dir>/<name>/`` (downloading missing files if allowed),
-    or own data when ``data_dir`` is a :class:`DataSource` (whose label must be ``name``).
+def load_dataset(name: str, data_dir: Path | str | None = None, *, seed: int = 100,
+                 download: bool = True) -> FederatedDataset:
+    """Built-in dataset ``name`` from ``<data_dir>/<name>/`` (downloading missing files if allowed):
+    ``DataSource.builtin(name, data_dir).load(seed)``. Own data: ``source.load(seed)``.
 
-    ``seed`` selects the normal/anomaly class pair for vision datasets (SPEC §4) and draws own
-    data's balanced test split; the presets' tabular splits do not depend on it.
+    ``seed`` selects the normal/anomaly class pair for vision datasets (SPEC §4); the presets' tabular splits
+    do not depend on it.
     """
-    if isinstance(data_dir, DataSource):
-        if data_dir.label != name:
-            raise DataError(f"the run's dataset is {name!r} but the data source is {data_dir.label!r}")
-        return data_dir.load(seed, drop_sites_below=drop_sites_below, stats_sigma=stats_sigma)
-    if stats_sigma is not None:
-        raise DataError(f"--dp-stats-sigma releases per-site statistics of own data; built-in {name!r} is encoded "
-                        "from its pooled training rows (ε does not cover that encoding: summary.json's dp.not_covered)")
-    if registry.get(name).kind == "tabular":
-        from .presets import load_tabular
-
-        return load_tabular(name, data_dir, download=download, seed=seed)
-    from .vision import load_vision
-
-    return load_vision(name, data_dir, seed=seed, download=download)
+    if not isinstance(data_dir, (str, Path, type(None))):
+        raise TypeError(f"data_dir is the built-in datasets' directory, not {type(data_dir).__name__} "
+                        "(own data: source.load(seed))")
+    return DataSource.builtin(name, data_dir, download=download).load(seed)
 
 
 __all__ = [
@@ -64,4 +53,5 @@ __all__ = [
     "infer_schema",
     "load_dataset",
     "resolve_data_dir",
+    "source_for",
 ]

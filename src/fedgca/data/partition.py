@@ -245,24 +245,31 @@ def natural_partition(sites: np.ndarray, site_names: list[str], min_size: int, s
 
 
 def partition_rows(cfg, train: np.ndarray, sites: np.ndarray | None = None,
-                   site_names: list[str] | None = None) -> list[np.ndarray]:
+                   site_names: list[str] | None = None, *, natural=None) -> list[np.ndarray]:
     """The realised partition of a run config (``partition``, ``clients``, ``seed``, ``alpha``, ``batch_size``,
     ``small_sites``).
 
-    Every method, the simulator and a Flower node use this same one for a dataset and seed.
+    Every method, the simulator and a Flower node use this same one for a dataset and seed. ``natural``: the
+    natural partition already computed (``FederatedDataset.natural``); :func:`partition_of` passes it.
     """
     if cfg.partition == "iid":
         return iid_partition(len(train), cfg.clients, cfg.seed)
     if cfg.partition == "natural":
-        if sites is None:
+        if natural is None and sites is None:
             raise ValueError("--partition natural needs a site column (the schema's \"site\") or a directory of "
                              "per-site files; this dataset has neither")
-        parts, names = natural_partition(sites, site_names, cfg.batch_size, cfg.small_sites)
+        parts, names = natural or natural_partition(sites, site_names, cfg.batch_size, cfg.small_sites)
         if len(parts) != cfg.clients:
             raise ValueError(f"--partition natural gives {len(parts)} clients (one per site: "
                              f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''}) but --clients is {cfg.clients}")
         return parts
     return dirichlet_partition(train, cfg.clients, cfg.seed, alpha=cfg.alpha, min_size=cfg.batch_size)
+
+
+def partition_of(cfg, dataset) -> list[np.ndarray]:
+    """:func:`partition_rows` of a loaded dataset (its natural partition computed once, carried by the dataset)."""
+    natural = dataset.natural(cfg.batch_size, cfg.small_sites) if cfg.partition == "natural" else None
+    return partition_rows(cfg, dataset.train, dataset.sites, dataset.site_names, natural=natural)
 
 
 def split_validation(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list, list]:

@@ -1,11 +1,16 @@
-"""Your own data's source: where the records are (a file, a directory of per-site files, or a pandas DataFrame /
-NumPy arrays in Python), the :class:`~fedgca.data.schema.Schema` that says what they mean, its content digest
-(which names runs), and ``load(seed)`` → the :class:`~fedgca.data.dataset.FederatedDataset` every driver trains on
-(read by :mod:`fedgca.data.readers`, split and encoded by :mod:`fedgca.data.prepare`). The built-in tabular
-datasets are sources too (:mod:`fedgca.data.presets`): there is one path."""
+"""Where a run's records are: the one way data enters fedgca.
+
+A :class:`DataSource` is own data (a file, a directory of per-site files, or a pandas DataFrame / NumPy arrays
+in Python, with the :class:`~fedgca.data.schema.Schema` that says what they mean and a content digest that names
+runs) or a built-in dataset (``DataSource.builtin(name, data_dir)``: its files in the data directory, its SPEC
+presets). ``load(seed)`` → the :class:`~fedgca.data.dataset.FederatedDataset` every driver trains on (read by
+:mod:`fedgca.data.readers`, split and encoded by :mod:`fedgca.data.prepare`; a built-in tabular dataset is a
+preset source of the same path, :mod:`fedgca.data.presets`). Every entry point — CLI, API, sweep, compare,
+bench, attacks — turns what it was given into sources once (:func:`source_for`) and passes those down."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,7 @@ class DataSource:
     ``frame`` (a DataFrame) / ``arrays`` ((X, y) or (X, y, sites)) from Python. ``schema``: None
     only for .mat/.npz/arrays (numeric X, y with 1 = anomaly). ``test_path``: a test file, for
     ``schema.test_split == "file"`` (default: ``schema.test_file`` next to the data).
+    ``preset``: a built-in dataset's name (:meth:`builtin`), found in ``data_dir``.
     """
 
     path: str | None = None
@@ -49,11 +55,39 @@ class DataSource:
     test_path: str | None = None
     frame: Any = field(default=None, repr=False)
     arrays: Any = field(default=None, repr=False)
+    preset: str | None = None
+    data_dir: str | None = None
+    download: bool = True
+
+    @classmethod
+    def builtin(cls, name: str, data_dir=None, *, download: bool = True) -> "DataSource":
+        """Built-in dataset ``name`` (SPEC §8's presets), its files in ``data_dir`` (``$FEDGCA_DATA_DIR`` or the
+        cache when None; missing files are downloaded when ``download``)."""
+        from . import registry
+
+        registry.get(name)  # an unknown name fails here, in one line
+        return cls(preset=name, data_dir=None if data_dir is None else str(data_dir), download=download)
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.preset is not None
+
+    @property
+    def cache_key(self) -> tuple:
+        """Equal for sources that load the same rows (a built-in by name and directory, a file by its path and
+        schema); an in-memory source is itself."""
+        if self.preset is not None:
+            return ("builtin", self.preset, self.data_dir)
+        if self.path is not None:
+            return ("file", self.path, self.schema.digest() if self.schema else None, self.name, self.test_path)
+        return ("memory", id(self))
 
     # ------------------------------------------------------------------ identity
     @property
     def label(self) -> str:
         """The dataset's name in run directories and tables (the file's stem unless given)."""
+        if self.preset:
+            return self.preset
         if self.name:
             return self.name
         if self.path:
@@ -72,6 +106,8 @@ class DataSource:
 
     def digest(self) -> str:
         """Content identity (the data's bytes, the schema, the test file): runs record it, resume checks it."""
+        if self.preset is not None:
+            raise ValueError(f"built-in {self.preset!r} is named by its preset, not by a content digest")
         return _digest(self)
 
     # ------------------------------------------------------------------ reading
@@ -106,6 +142,8 @@ class DataSource:
         """``drop_sites_below``: under the per-site test split, leave out every site that cannot hold a test set
         and this many training normals (``--small-sites drop`` with the natural partition: B). ``stats_sigma``:
         the per-site statistics the encoding is fitted from are their DP release (``--dp-stats-sigma``)."""
+        if self.preset is not None:
+            return self._load_builtin(seed, stats_sigma)
         # the content digest is hashed in a thread beside the parse (hashlib releases the GIL on large blocks)
         from concurrent.futures import ThreadPoolExecutor
 
@@ -117,17 +155,49 @@ class DataSource:
             ds.info["digest"] = digest.result()
         return ds
 
+    def _load_builtin(self, seed: int, stats_sigma: float | None) -> FederatedDataset:
+        from . import registry
+
+        if stats_sigma is not None:
+            raise DataError(f"--dp-stats-sigma releases per-site statistics of own data; built-in {self.preset!r} is "
+                            "encoded from its pooled training rows (ε does not cover that encoding: summary.json's "
+                            "dp.not_covered)")
+        if registry.get(self.preset).kind == "tabular":
+            from .presets import preset_source
+
+            return preset_source(self.preset, self.data_dir, download=self.download).load(seed)
+        from .vision import load_vision
+
+        return load_vision(self.preset, self.data_dir, seed=seed, download=self.download)
+
     # ------------------------------------------------------------------ passing to worker processes
     def to_dict(self) -> dict:
         if self.frame is not None or self.arrays is not None:
             raise ValueError("in-memory data cannot be passed to another process; write it to a file first")
+        if self.preset is not None:
+            return {"preset": self.preset, "data_dir": self.data_dir, "download": self.download}
         return {"path": self.path, "schema": None if self.schema is None else self.schema.to_dict(),
                 "name": self.name, "test_path": self.test_path}
 
     @classmethod
     def from_dict(cls, d: dict) -> "DataSource":
+        if d.get("preset") is not None:
+            return cls.builtin(d["preset"], d.get("data_dir"), download=d.get("download", True))
         return cls(path=d["path"], schema=None if d["schema"] is None else Schema.from_dict(d["schema"]),
                    name=d.get("name"), test_path=d.get("test_path"))
+
+
+def source_for(dataset: str, data_dir=None, sources: Mapping[str, DataSource] | None = None) -> DataSource:
+    """The one way in: dataset ``dataset`` of a run — own data's source when ``sources`` has one by that name, else
+    the built-in dataset in ``data_dir``."""
+    if sources and dataset in sources:
+        return sources[dataset]
+    return DataSource.builtin(dataset, data_dir)
+
+
+def by_name(source: DataSource | None) -> dict[str, DataSource] | None:
+    """``sources`` for one own-data source (None stays None)."""
+    return None if source is None else {source.label: source}
 
 
 def _beside(path: str | None, name: str | None) -> Path:

@@ -175,7 +175,7 @@ def run_bench(p: BenchPlan, root, *, workers: int = 1, executor: str = "local", 
 
         peers.require()
     write_plan(root, p)
-    result = sweep.run_sweep(p.configs, root, workers=workers, data_dir=p.sources, verbose=verbose,
+    result = sweep.run_sweep(p.configs, root, workers=workers, sources=p.sources, verbose=verbose,
                              order="longest-first", executor=executor, address=address, stack=stack) if p.configs else \
         {"total": 0, "skipped": 0, "finished": 0, "failed": []}
     result["peers"] = run_peers(p, root, workers)

@@ -36,20 +36,19 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None, options: dict |
 
 
 def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1, *,
-             executor: str = "local", address: str | None = None, gpus_per_run: float = 0.0,
-             stack: int | None = None, options: dict | None = None) -> list[dict]:
+             sources: dict | None = None, executor: str = "local", address: str | None = None,
+             gpus_per_run: float = 0.0, stack: int | None = None, options: dict | None = None) -> list[dict]:
     """Run every (dataset, method, seed) not already finished in ``root``; resume unfinished ones.
 
     A comparison is a sweep: same run directories (``root/runs/<config key>``), ledger, skipping,
     resuming and worker processes as ``fedgca sweep``, so a comparison and a sweep that share a
-    directory share their runs.
+    directory share their runs. ``data_dir``: the built-in datasets'; ``sources``: own data's by name.
     """
-    from fedgca.data import DataSource
     from fedgca.experiments import sweep
 
-    configs = grid(base, datasets, methods, seeds, data_dir if isinstance(data_dir, DataSource) else None, options)
+    configs = grid(base, datasets, methods, seeds, _own(datasets, sources), options)
     # the table is read only when complete: start the longest runs first (the shortest makespan)
-    result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, order="longest-first",
+    result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, sources=sources, order="longest-first",
                              executor=executor, address=address, gpus_per_run=gpus_per_run, stack=stack)
     if result["failed"]:
         raise RuntimeError(f"{len(result['failed'])} run(s) failed (see {Path(root) / sweep.LEDGER}): "
@@ -58,20 +57,28 @@ def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=Non
 
 
 def attack_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None,
-                options: dict | None = None) -> list[dict]:
+                options: dict | None = None, *, sources: dict | None = None) -> list[dict]:
     """SPEC §6 on client 0 of every attackable run of the grid (skipping runs attacked already): attack records."""
     from fedgca.attacks.run import attack_run
+    from fedgca.data.source import source_for
     from fedgca.experiments import sweep
 
     records = []
-    from fedgca.data import DataSource
-
-    source = data_dir if isinstance(data_dir, DataSource) else None
-    for cfg in grid(base, datasets, [m for m in methods if m in registry.names(attack=True)], seeds, source, options):
+    attacked = [m for m in methods if m in registry.names(attack=True)]
+    for cfg in grid(base, datasets, attacked, seeds, _own(datasets, sources), options):
         out = sweep.run_dir(root, cfg)
         done = out / "attack.json"
-        records.append(json.loads(done.read_text()) if done.exists() else attack_run(out, victim=0, data_dir=data_dir))
+        records.append(json.loads(done.read_text()) if done.exists() else
+                       attack_run(out, victim=0, source=source_for(cfg.dataset, data_dir, sources)))
     return records
+
+
+def _own(datasets, sources: dict | None):
+    """Own data's source when the grid is over one own dataset (``grid`` binds each seed to it), else None."""
+    own = [sources[d] for d in datasets if sources and d in sources and not sources[d].is_builtin]
+    if own and len(datasets) > 1:
+        raise ValueError("a comparison over own data is over that one dataset")
+    return own[0] if own else None
 
 
 DEFAULT_METHODS = registry.names(in_paper=True)  # the paper's seven, in table order (DP-GCA etc. on request)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from fedgca import methods
 from fedgca.config import ABLATION_CLIENT, RunConfig
@@ -82,29 +81,32 @@ def run_flops(cfg: RunConfig, s: Sizes) -> float:
     return cfg.resolved().rounds * sum(round_flops(cfg, s).values())
 
 
-def sizes(cfg: RunConfig, data_dir=None) -> Sizes:
-    """A run's sizes: its dataset's (loaded once per dataset) and its realised partition's."""
+def sizes(cfg: RunConfig, source) -> Sizes:
+    """A run's sizes on ``source`` (its :class:`~fedgca.data.DataSource`): the dataset's (loaded once per source)
+    and its realised partition's."""
     from fedgca.data.partition import partition_rows, split_validation
 
     cfg = cfg.resolved()
-    from fedgca.data import DataSource
-
-    where = data_dir if isinstance(data_dir, DataSource) or data_dir is None else str(data_dir)
-    train, sites, n_test, (forward, encoder_forward) = _dataset(cfg.dataset, where)
+    train, sites, n_test, (forward, encoder_forward) = _dataset(source.cache_key, source)
     parts, val = split_validation(partition_rows(cfg, train, *sites), cfg.val_fraction, cfg.seed)
     return Sizes(clients=cfg.clients, train_rows=sum(len(p) for p in parts), val_rows=sum(len(v) for v in val),
                  test_rows=n_test, forward=forward, encoder_forward=encoder_forward,
                  fixed_rows=len(parts[ABLATION_CLIENT]), fixed_val_rows=len(val[ABLATION_CLIENT]))
 
 
-@lru_cache(maxsize=None)
-def _dataset(name: str, data_dir):
-    from fedgca.data import load_dataset
+_DATASETS: dict[tuple, tuple] = {}
+
+
+def _dataset(key: tuple, source):
+    """What the sizes need of a dataset, loaded once per process and source (``source.cache_key``)."""
+    if key in _DATASETS:
+        return _DATASETS[key]
     from fedgca.models import build_model, forward_cost
 
-    ds = load_dataset(name, data_dir)
-    return (ds.train, (ds.sites, ds.site_names), len(ds.test_x),
-            forward_cost(build_model(ds.input_shape), ds.input_shape))
+    ds = source.load()
+    _DATASETS[key] = out = (ds.train, (ds.sites, ds.site_names), len(ds.test_x),
+                            forward_cost(build_model(ds.input_shape), ds.input_shape))
+    return out
 
 
 def hours(seconds: float) -> str:

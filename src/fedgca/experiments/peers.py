@@ -73,9 +73,9 @@ def check(names) -> list[str]:
 
 def pooled_split(cfg, dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pooled training normals, test rows, test labels) of run config ``cfg`` on its loaded dataset."""
-    from fedgca.data.partition import partition_rows, split_validation
+    from fedgca.data.partition import partition_of, split_validation
 
-    parts, _ = split_validation(partition_rows(cfg, dataset.train, dataset.sites, dataset.site_names),
+    parts, _ = split_validation(partition_of(cfg, dataset),
                                 cfg.val_fraction, cfg.seed)
     rows = np.sort(np.concatenate(parts))
     return dataset.train[rows], dataset.test_x, dataset.test_y

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from fedgca import methods
 from fedgca.config import ADDED_LATER, RunConfig
+from fedgca.data.source import source_for
 from fedgca.experiments import cost
 from fedgca.experiments.ledger import Ledger, lock
 from fedgca.experiments.pool import bare_main
@@ -93,17 +94,17 @@ def _stop_on_sigterm(signum, frame):
     raise SweepStopped("SIGTERM")
 
 
-def execute(cfg_dict: dict, out: str, root: str, data_dir, broker=None) -> dict:
+def execute(cfg_dict: dict, out: str, root: str, source, broker=None) -> dict:
     """One run, in a worker process (or a thread of the batched engine, whose ``broker`` it leaves when it
     ends, however it ends). Never raises: returns {"status": ..., ...}."""
     try:
-        return _execute(cfg_dict, out, root, data_dir, broker)
+        return _execute(cfg_dict, out, root, source, broker)
     finally:
         if broker is not None:
             broker.leave()
 
 
-def _execute(cfg_dict: dict, out: str, root: str, data_dir, broker) -> dict:
+def _execute(cfg_dict: dict, out: str, root: str, source, broker) -> dict:
     from fedgca.simulation.runner import run
 
     out_p = Path(out)
@@ -118,7 +119,7 @@ def _execute(cfg_dict: dict, out: str, root: str, data_dir, broker) -> dict:
         Ledger(Path(root) / LEDGER).append("started", key, resume=resume, config=cfg_dict)
         t0 = time.perf_counter()
         try:
-            summary = run(RunConfig.from_dict(cfg_dict), out_p, data_dir=data_dir, resume=resume, progress=False,
+            summary = run(RunConfig.from_dict(cfg_dict), out_p, source=source, resume=resume, progress=False,
                           broker=broker)
         except BaseException as err:  # noqa: BLE001 — recorded, the sweep goes on
             if isinstance(err, KeyboardInterrupt):
@@ -168,10 +169,10 @@ def _eta(result: dict, done: int, n_todo: int) -> str:
     return f"; {cost.hours(elapsed)} elapsed, ETA {cost.hours(elapsed / done * (n_todo - done))}"
 
 
-def predicted_flops(configs: list[RunConfig], data_dir=None) -> dict[str, float] | None:
+def predicted_flops(configs: list[RunConfig], data_dir=None, sources=None) -> dict[str, float] | None:
     """Each run's protocol FLOPs by key; None when a dataset cannot be read here (the ETA then counts runs)."""
     try:
-        return {c.key(): cost.run_flops(c, cost.sizes(c, _data_arg(data_dir, c))) for c in configs}
+        return {c.key(): cost.run_flops(c, cost.sizes(c, source_for(c.dataset, data_dir, sources))) for c in configs}
     except Exception as err:  # noqa: BLE001 — an ETA is not worth failing a sweep for
         log.warning("no FLOP prediction for these runs (%s: %s): ETAs count runs", type(err).__name__, err)
         return None
@@ -190,7 +191,7 @@ def measured_rate(root: Path, flops: dict[str, float]) -> float | None:
 SPEC_FILE = "sweep.json"  # the sweep's whole grid, written by every start of it
 
 
-def remaining(root, configs: list[RunConfig] | None = None, data_dir=None) -> dict | None:
+def remaining(root, configs: list[RunConfig] | None = None, data_dir=None, sources=None) -> dict | None:
     """What sweep ``root`` has left: each config's state (``status``), the configs not finished, their predicted
     protocol FLOPs and the pace its finished runs averaged (FLOP/s; None before any finished). ``configs``: the
     sweep's grid, by default the one its last start recorded (``sweep.json``); None when ``root`` holds none."""
@@ -203,7 +204,7 @@ def remaining(root, configs: list[RunConfig] | None = None, data_dir=None) -> di
         except (ValueError, KeyError, TypeError) as err:  # another version's file, or a damaged one
             raise ValueError(f"{root / SPEC_FILE}: not a sweep's grid ({err})") from None
     states = status(root, configs)
-    flops = predicted_flops(configs, data_dir) or {}
+    flops = predicted_flops(configs, data_dir, sources) or {}
     left = [c for c in configs if states[c.key()] != "finished"]
     return {"configs": configs, "states": states, "left": left, "flops": flops,
             "left_flops": math.fsum(flops[c.key()] for c in left) if flops else None,
@@ -231,10 +232,12 @@ ORDERS = ("grid", "longest-first")
 EXECUTORS = ("local", "ray", "batched")
 
 
-def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None, verbose: bool = False,
+def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None, sources=None, verbose: bool = False,
               retry_failed: bool = True, order: str = "grid", executor: str = "local",
               address: str | None = None, gpus_per_run: float = 0.0, stack: int | None = None) -> dict:
-    """Run every config not finished in ``root``; returns counts and the failures.
+    """Run every config not finished in ``root``; returns counts and the failures. Each run's records:
+    ``sources[cfg.dataset]`` (own data's :class:`~fedgca.data.DataSource` by name), else the built-in dataset in
+    ``data_dir`` (``fedgca.data.source_for``, once per run, here).
 
     ``executor``: "local", a pool of ``workers`` processes on this machine, or "ray", one Ray task per run
     (:mod:`fedgca.experiments.ray_executor`) on the cluster at ``address``, or on a local Ray instance of
@@ -285,7 +288,7 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
              f"{workers} worker(s)" + (" of Ray" if executor == "ray" else ""))
     if not todo:
         return result
-    flops = predicted_flops(todo, data_dir)
+    flops = predicted_flops(todo, data_dir, sources)
     if flops:
         result.update(flops=flops, flops_total=sum(flops.values()), flops_done=0.0)
         log.info("sweep %s: %.1f TFLOP of protocol work to run (experiments/cost.py)", root, result["flops_total"] / 1e12)
@@ -301,17 +304,19 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if in_main else None
     try:
         if executor == "ray":
-            _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address, gpus_per_run)
+            _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, sources, verbose, address,
+                        gpus_per_run)
         elif executor == "batched":
             from fedgca.experiments import batched_executor
 
-            jobs = [(c, (c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c))) for c in todo]
+            jobs = [(c, (c.to_dict(), str(run_dir(root, c)), str(root), source_for(c.dataset, data_dir, sources)))
+                    for c in todo]
             batched_executor.run_all(jobs, execute, on_result, stack=stack or batched_executor.DEFAULT_STACK)
         else:
             from fedgca.experiments import local_executor
 
-            jobs = [(c, run_dir(root, c), (c.to_dict(), str(run_dir(root, c)), str(root), _data_arg(data_dir, c)))
-                    for c in todo]
+            jobs = [(c, run_dir(root, c), (c.to_dict(), str(run_dir(root, c)), str(root),
+                                            source_for(c.dataset, data_dir, sources))) for c in todo]
             with bare_main():  # the pool's workers, and their replacements, never re-run the caller's script
                 local_executor.run_all(jobs, execute, on_result, workers=workers, verbose=verbose, ledger=ledger)
     except KeyboardInterrupt as stop:
@@ -327,19 +332,8 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     return result
 
 
-def _data_arg(data_dir, cfg: RunConfig | None = None):
-    """What a worker is told about a run's data: the built-in datasets' directory, or own data's source (a
-    bench over many files passes a mapping of dataset name → source: each run gets its own file's)."""
-    from fedgca.data import DataSource
-
-    if isinstance(data_dir, dict):
-        return data_dir[cfg.dataset]
-    if data_dir is None or isinstance(data_dir, DataSource):
-        return data_dir
-    return str(data_dir)
-
-
-def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose, address, gpus_per_run) -> None:
+def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, sources, verbose, address,
+                gpus_per_run) -> None:
     from fedgca.experiments import ray_executor
 
     def on_result(cfg: RunConfig, res: dict) -> None:
@@ -347,7 +341,7 @@ def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, verbose
             ledger.append("started", cfg.key(), executor="ray", node=res.get("node"), config=cfg.to_dict())
         _record(ledger, finished, result, cfg, root, len(todo), res)
 
-    jobs = [(cfg, cfg.to_dict(), run_dir(root, cfg), _data_arg(data_dir, cfg)) for cfg in todo]
+    jobs = [(cfg, cfg.to_dict(), run_dir(root, cfg), source_for(cfg.dataset, data_dir, sources)) for cfg in todo]
     ray_executor.run_all(jobs, execute, on_result, root=root, workers=max(1, min(int(workers), len(todo))),
                          address=address, verbose=verbose, gpus_per_run=gpus_per_run)
 

@@ -48,9 +48,9 @@ class SweepSpec:
     source: object = None  # own data's fedgca.data.DataSource (the file's `data`), else None
 
     @property
-    def data(self):
-        """What runs read: own data's source, else the built-in datasets' directory."""
-        return self.source if self.source is not None else self.data_dir
+    def sources(self) -> dict | None:
+        """Own data's source by name (``run_sweep``'s ``sources``), or None: built-in datasets in ``data_dir``."""
+        return None if self.source is None else {self.source.label: self.source}
 
 
 def load_spec(path) -> SweepSpec:

@@ -10,10 +10,10 @@ import torch
 
 from fedgca import devices, methods, privacy
 from fedgca.config import RunConfig
-from fedgca.data import load_dataset
+from fedgca.data import DataError, DataSource
 from fedgca.data.dataset import FederatedDataset
 from fedgca.data.defaults import sites_below
-from fedgca.data.partition import partition_rows, split_validation
+from fedgca.data.partition import partition_of, split_validation
 from fedgca.evaluation.metrics import few_threshold_rows
 from fedgca.models import build_model, init_model, param_count
 from fedgca.protocol import sampling
@@ -95,10 +95,12 @@ def check_memory(cfg: RunConfig, input_shape, shard_sizes, n_test: int) -> None:
                          f"available: reduce --clients ({cfg.clients}) or the data per client")
 
 
-def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | None = None) -> Federation:
-    cfg = cfg.resolved()
-    dataset = dataset or load_dataset(cfg.dataset, data_dir, seed=cfg.seed, drop_sites_below=sites_below(cfg),
-                                      stats_sigma=privacy.stats_noise(cfg))
+def build_federation(cfg: RunConfig, source: DataSource, dataset: FederatedDataset | None = None) -> Federation:
+    """The federation of ``cfg`` on ``source``'s records (``dataset``: them already loaded)."""
+    cfg = cfg.resolved()  # a no-op for the drivers' configs, resolved once where the run starts
+    if source.label != cfg.dataset:
+        raise DataError(f"the run's dataset is {cfg.dataset!r} but the data source is {source.label!r}")
+    dataset = dataset or source.load(cfg.seed, drop_sites_below=sites_below(cfg), stats_sigma=privacy.stats_noise(cfg))
     if "encoding_fit" in dataset.info:  # fitted from per-site statistics, as a deployment fits it
         privacy.refuse_plain_statistics(cfg)
         if dataset.info.get("stats_sigma") != privacy.stats_noise(cfg):
@@ -107,7 +109,7 @@ def build_federation(cfg: RunConfig, data_dir=None, dataset: FederatedDataset | 
     if cfg.data_digest is not None and dataset.info.get("digest") not in (None, cfg.data_digest):
         raise ValueError(f"the data given is not the data this run was made with (content digest "
                          f"{dataset.info['digest']}, the run's {cfg.data_digest})")
-    parts, val = split_validation(partition_rows(cfg, dataset.train, dataset.sites, dataset.site_names),
+    parts, val = split_validation(partition_of(cfg, dataset),
                                   cfg.val_fraction, cfg.seed)
     check_memory(cfg, dataset.input_shape, [len(p) for p in parts], len(dataset.test_x))
     n_models = 1 if methods.get(cfg.method).pooled else cfg.clients

@@ -11,6 +11,7 @@ import torch
 
 from fedgca import methods, rundir, runrecord
 from fedgca.config import ABLATION_CLIENT, EXECUTION_ONLY, RunConfig
+from fedgca.data.source import DataSource, source_for
 from fedgca.detector import save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 from fedgca.evaluation.selection import validation_selected
@@ -28,11 +29,12 @@ class ConfigMismatch(RuntimeError):
     pass
 
 
-def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progress: bool | None = None,
-        fed: Federation | None = None, dataset=None, broker=None) -> dict:
+def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=None, resume: bool = False,
+        progress: bool | None = None, fed: Federation | None = None, dataset=None, broker=None) -> dict:
     """Run (or resume) a federation and write its files to ``out_dir``; return the summary.
 
-    ``data_dir``: where the built-in datasets are, or own data's :class:`~fedgca.data.DataSource`;
+    ``source``: where the run's records are (:class:`~fedgca.data.DataSource`); without one, the built-in
+    dataset ``cfg.dataset`` in ``data_dir`` (the built-in datasets' directory);
     ``dataset``: the dataset already loaded (``fedgca.binding.bind`` loads it to fill defaults);
     ``broker``: the batched engine's (``training.lockstep.EpochBroker``), which computes this run's local
     epochs together with other runs' (the caller calls its ``leave`` when the run is over).
@@ -45,7 +47,7 @@ def run(cfg: RunConfig, out_dir, *, data_dir=None, resume: bool = False, progres
     out = Path(out_dir)
     _check_existing(out, cfg, resume)
     ckpt = _read_checkpoint(out) if resume and (out / CHECKPOINT).exists() else None
-    fed = fed or build_federation(cfg, data_dir, dataset)
+    fed = fed or build_federation(cfg, source or source_for(cfg.dataset, data_dir), dataset)
     method = simulator(cfg.method)(fed)
     k_note = _effective_k_note(cfg, fed)
     if broker is not None:
