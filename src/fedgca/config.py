@@ -156,6 +156,24 @@ class RunConfig:
         cfg.__dict__["_resolved"] = cfg._values()
         return cfg
 
+    @property
+    def spec(self) -> "methods.MethodSpec":
+        """The method's registry entry (its traits), looked up once per config and carried with it."""
+        spec = self.__dict__.get("_spec")
+        if spec is None or spec.name != self.method:
+            spec = self.__dict__["_spec"] = methods.get(self.method)
+        return spec
+
+    @property
+    def paper_phase(self) -> str:
+        """The metric rows the paper's peak is taken over for this run (``--baseline-eval local``: the
+        parameter-sharing clients' pre-aggregation evaluations)."""
+        if self.spec.family == "parameter-sharing" and self.baseline_eval == "local":
+            return "local"
+        if self.spec.family == "gca" and not self.eval_recon_epochs:  # no evaluation after reconstruction epochs
+            return "round"
+        return self.spec.paper_phase
+
     def _values(self) -> tuple:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
@@ -169,17 +187,17 @@ class RunConfig:
             _check(self, name, int, lambda v: v >= 1, "≥ 1")
         for name in ("align_epochs", "local_epochs"):
             _check(self, name, int, lambda v: v >= 0, "≥ 0")
-        gca = methods.get(self.method).family == "gca"
+        gca = self.spec.family == "gca"
         _check(self, "recon_epochs", int, lambda v: v >= (1 if gca else 0),
                "≥ 1 for GCA (the paper evaluates after every reconstruction epoch)" if gca else "≥ 0")
-        if self.partition == "natural" and self.clients == 1 and methods.get(self.method).family != "single-site":
+        if self.partition == "natural" and self.clients == 1 and self.spec.family != "single-site":
             raise ValueError(f"--partition natural gives one client (one site), and {self.method} is a federated "
                              "method: it needs two sites or more (--method single or centralized train one site)")
         devices.check(self.device)
         _check(self, "eval_align_epochs", bool, lambda v: True, "")
         _check(self, "eval_recon_epochs", bool, lambda v: True, "")
         _check(self, "eval_local_epochs", bool, lambda v: True, "")
-        if self.eval_local_epochs and methods.get(self.method).family != "parameter-sharing":
+        if self.eval_local_epochs and self.spec.family != "parameter-sharing":
             raise ValueError(f"--eval-local-epochs evaluates the local models of a parameter-sharing method "
                              f"(not {self.method})")
         if self.eval_align_clients != "all" and not self.eval_align_epochs:
@@ -197,7 +215,7 @@ class RunConfig:
             raise ValueError("--threshold val-quantile needs a validation split: set --val-fraction > 0")
         for name in ("lr", "w_max", "weight_eps", "alpha", "dp_clip", "dp_grad_clip", "dp_code_clip"):
             _check(self, name, float, lambda v: v > 0, "> 0")
-        if methods.get(self.method).record_dp and self.dataset in VISION:
+        if self.spec.record_dp and self.dataset in VISION:
             raise ValueError(f"--method {self.method}: DP-SGD is implemented for the tabular (MLP) autoencoder; "
                              f"{self.dataset} uses the conv autoencoder")
         for name in ("target_epsilon", "dp_stats_sigma"):

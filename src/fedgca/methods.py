@@ -57,17 +57,6 @@ def get(name: str) -> MethodSpec:
     return REGISTRY.lookup(name)
 
 
-def paper_phase(cfg) -> str:
-    """The metric rows the paper's peak is taken over for this run (``--baseline-eval local``: the
-    parameter-sharing clients' pre-aggregation evaluations)."""
-    spec = get(cfg.method)
-    if spec.family == "parameter-sharing" and cfg.baseline_eval == "local":
-        return "local"
-    if spec.family == "gca" and not cfg.eval_recon_epochs:  # no evaluation after reconstruction epochs: per round
-        return "round"
-    return spec.paper_phase
-
-
 def is_gca(name: str) -> bool:
     """GCA or a variant of it (DP-GCA): clients keep their own models and upload codes."""
     return get(name).family == "gca"

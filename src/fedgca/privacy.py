@@ -16,7 +16,7 @@ from fedgca.protocol.gca import upload_size
 
 
 def is_record_dp(cfg) -> bool:
-    return methods.get(cfg.method).record_dp
+    return cfg.spec.record_dp
 
 
 def stats_noise(options) -> float | None:
@@ -38,7 +38,7 @@ def refuse_plain_statistics(cfg) -> None:
 
 def schedules(cfg, sizes) -> list[dp.ClientSchedule]:
     """What each client runs over the whole run (every round counted: φ < 1 is not amplified)."""
-    gca = methods.get(cfg.method).family == "gca"
+    gca = cfg.spec.family == "gca"
     epochs = cfg.recon_epochs + cfg.align_epochs if gca else cfg.local_epochs
     return [dp.ClientSchedule(rows=int(n), batch_size=cfg.batch_size, sgd_epochs_per_round=epochs,
                               upload_rows=upload_size(int(n), cfg.rho) if gca else 0, rounds=cfg.rounds)

@@ -96,7 +96,7 @@ def attack_run(run_dir, *, victim: int = 0, source=None, data_dir=None, surrogat
     cfg = RunConfig.from_dict(rundir.load_json(rundir.verify(run_dir, rundir.CONFIG))).resolved()
     if device is not None:
         cfg = dataclasses.replace(cfg, device=device).resolved()
-    threat_model = methods.get(cfg.method).attack
+    threat_model = cfg.spec.attack
     if threat_model is None:
         raise ValueError(f"{run_dir}: method {cfg.method!r} sends nothing a server could attack "
                          f"(attacks exist for {', '.join(methods.names(attack=True))})")
@@ -136,7 +136,7 @@ def attack_run(run_dir, *, victim: int = 0, source=None, data_dir=None, surrogat
     reference = reference_bank(fed.dataset.test_x, fed.dataset.test_y, cfg.seed)
     record = {
         "method": cfg.method, "dataset": cfg.dataset, "seed": cfg.seed, "victim": victim,
-        "partition": cfg.partition, "k": cfg.k if methods.is_gca(cfg.method) else None, "rounds": cfg.rounds,
+        "partition": cfg.partition, "k": cfg.k if cfg.spec.family == "gca" else None, "rounds": cfg.rounds,
         "threat_model": threat, "attack_seconds": round(seconds, 3),
         **({"target_epsilon": cfg.target_epsilon, "dp_epsilon": privacy.accounting(cfg, fed.shards.sizes)["epsilon"]}
            if privacy.is_record_dp(cfg) else {}),

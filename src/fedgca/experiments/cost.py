@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedgca import methods
 from fedgca.config import ABLATION_CLIENT, RunConfig
 from fedgca.protocol.sampling import num_participants
 
@@ -50,7 +49,7 @@ def round_parts(cfg: RunConfig, s: Sizes) -> dict[str, float]:
     """Protocol FLOPs of one round by part: "recon", "align" (GCA's phases), "local" (everyone else's
     training) and "eval"."""
     cfg = cfg.resolved()
-    spec = methods.get(cfg.method)
+    spec = cfg.spec
     F, N, V, M, C = s.forward, s.train_rows, s.val_rows, s.test_rows, s.clients
     every_model = 2 * F * (C * M + N + V)  # every client's model scores the test set and its own rows
     one_model = 2 * F * (M + N + V)  # one model scores the test set once; thresholds on each client's rows

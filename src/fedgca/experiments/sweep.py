@@ -42,7 +42,6 @@ import time
 import traceback
 from pathlib import Path
 
-from fedgca import methods
 from fedgca.config import ADDED_LATER, RunConfig
 from fedgca.data.source import source_for
 from fedgca.experiments import cost
@@ -220,11 +219,11 @@ def pace_text(left_flops: float, rate: float | None) -> str:
 
 def describe(cfg: RunConfig) -> str:
     parts = [cfg.dataset, cfg.method, f"seed={cfg.seed}", f"partition={cfg.partition}"]
-    if methods.is_gca(cfg.method):
+    if cfg.spec.family == "gca":
         parts += [f"backend={cfg.backend}", f"K={cfg.k}", f"weights={cfg.weights}"]
     # the options added after the paper's runs (protocol variants, DP), where a run departs from their default
     parts += [f"{name}={getattr(cfg, name)}" for name, default in ADDED_LATER.items()
-              if name in methods.get(cfg.method).options and getattr(cfg, name) != default]
+              if name in cfg.spec.options and getattr(cfg, name) != default]
     return " ".join(parts)
 
 

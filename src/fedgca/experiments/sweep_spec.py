@@ -7,7 +7,6 @@ import itertools
 import tomllib
 from pathlib import Path
 
-from fedgca import methods
 from fedgca.config import RunConfig
 from fedgca.protocol.fedprox import effective_coefficient
 
@@ -23,7 +22,7 @@ def canonical(cfg: RunConfig) -> RunConfig:
     """
     cfg = cfg.resolved()
     defaults = RunConfig(dataset=cfg.dataset, method=cfg.method)
-    keep = set(methods.get(cfg.method).options) | {"device"}  # where it computes: every method
+    keep = set(cfg.spec.options) | {"device"}  # where it computes: every method
     if cfg.partition != "dirichlet":
         keep.discard("alpha")
     if cfg.partition != "natural":
@@ -34,7 +33,7 @@ def canonical(cfg: RunConfig) -> RunConfig:
         keep |= {"data_digest", "clients", "rho", "partition", "small_sites"}
         defaults = dataclasses.replace(defaults, k=DEFAULT_K)
     values = {f.name: getattr(cfg if f.name in keep else defaults, f.name) for f in dataclasses.fields(RunConfig)}
-    if methods.get(cfg.method).client_term == "proximal" and cfg.fedprox_coef == effective_coefficient(cfg.fedprox_mu, cfg.batch_size):
+    if cfg.spec.client_term == "proximal" and cfg.fedprox_coef == effective_coefficient(cfg.fedprox_mu, cfg.batch_size):
         values["fedprox_coef"] = None  # the derived default, not an override
     return RunConfig(**values).resolved()
 

@@ -205,9 +205,9 @@ def setup(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     cfg, node = _node(msg, context)
-    if methods.is_gca(cfg.method):
+    if cfg.spec.family == "gca":
         return _gca_train(msg, context, cfg, node)
-    if methods.get(cfg.method).alone:
+    if cfg.spec.alone:
         return _single_train(msg, context, cfg, node)
     return _local_train(msg, context, cfg, node)
 
@@ -311,7 +311,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     else:
         clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
         clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
-    evals = _pending(context, r) if methods.is_gca(cfg.method) else {"recon": [], "align": []}
+    evals = _pending(context, r) if cfg.spec.family == "gca" else {"recon": [], "align": []}
     return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, evals))})
 
 

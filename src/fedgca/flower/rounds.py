@@ -164,7 +164,7 @@ def run_baseline(server: FlowerServer) -> dict:
             sizes = [int(v.content[METRICS]["num-examples"]) for v in valid]
             tau = torch.tensor([float(v.content[METRICS]["local-steps"]) for v in valid], dtype=torch.float64,
                                device="cpu")  # the server aggregates on the CPU
-            new, norms = server_rules.aggregate(methods.get(cfg.method).server_rule, r, global_params, stacked, sizes, rule_opts, tau)
+            new, norms = server_rules.aggregate(cfg.spec.server_rule, r, global_params, stacked, sizes, rule_opts, tau)
             if norms is not None:
                 clip_norms.append(norms.tolist())
             arrays = array_record(new)
@@ -190,7 +190,7 @@ def run_baseline(server: FlowerServer) -> dict:
             "phase_seconds": {"train": round(t1 - t0, 4), "evaluate": round(t2 - t1, 4)},
         })
     extra = {"server_rule": "fedgca.protocol.server_rules (the simulator's)"}
-    spec = methods.get(cfg.method)
+    spec = cfg.spec
     if spec.server_rule == "dpfedavg":
         extra["dp"] = dpfedavg.accounting_record(
             sigma=cfg.dp_sigma, clip=cfg.dp_clip, delta=cfg.dp_delta, rounds=cfg.rounds, clients=cfg.clients,
@@ -203,9 +203,9 @@ def run_baseline(server: FlowerServer) -> dict:
 
 def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions) -> dict:
     """Register the clients, run the rounds, write the files; returns the summary."""
-    if not methods.get(cfg.method).flower:
+    if not cfg.spec.flower:
         raise ValueError(f"method {cfg.method!r} does not run on Flower ({', '.join(methods.names(flower=True))} do)")
-    if methods.paper_phase(cfg) == "local":
+    if cfg.paper_phase == "local":
         raise ValueError("--baseline-eval local runs in the in-process simulator only (the Flower apps evaluate "
                          "the global model)")
     if cfg.eval_local_epochs:
@@ -217,7 +217,7 @@ def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions) -> dict:
     server = FlowerServer(grid, cfg, opts)
     server.rec.write("config.json", {**cfg.to_dict(), "flower": opts.__dict__})
     server.register()
-    loop = {"gca": run_gca, "single-site": run_single}.get(methods.get(cfg.method).family, run_baseline)
+    loop = {"gca": run_gca, "single-site": run_single}.get(cfg.spec.family, run_baseline)
     extra = loop(server)
     summary = server.summary(time.perf_counter() - t0, extra)
     server.rec.write("summary.json", summary)

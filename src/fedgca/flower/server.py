@@ -34,7 +34,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedgca import methods, privacy, runrecord
+from fedgca import privacy, runrecord
 from fedgca.config import ABLATION_CLIENT, RunConfig
 from fedgca.data.encoding import fit_from_stats
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
@@ -322,11 +322,11 @@ class FlowerServer:
             return []
         rows = []
         # the paper evaluates GCA after every reconstruction epoch; without those evaluations, per round
-        paper = methods.paper_phase(self.cfg)  # per round when GCA does not evaluate its reconstruction epochs
-        if methods.is_gca(self.cfg.method) and self.cfg.eval_recon_epochs:
+        paper = self.cfg.paper_phase  # per round when GCA does not evaluate its reconstruction epochs
+        if self.cfg.spec.family == "gca" and self.cfg.eval_recon_epochs:
             for e in range(gcfg.recon_epochs):
                 rows.append(_row(r, "recon", e, {c: _epoch(v, "recon", e) for c, v in evals.items()}, paper))
-        if methods.is_gca(self.cfg.method) and self.cfg.eval_align_epochs:
+        if self.cfg.spec.family == "gca" and self.cfg.eval_align_epochs:
             # --eval-align-clients client0: the weighting ablation's client alone (no row if it missed the round)
             align = {c: v for c, v in evals.items() if self.cfg.eval_align_clients == "all" or c == ABLATION_CLIENT}
             for e in range(gcfg.align_epochs) if align else ():

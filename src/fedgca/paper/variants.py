@@ -80,7 +80,7 @@ def collect(root, rounds: int = ROUNDS) -> dict[tuple, list[float]]:
             cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())).resolved()
         except (OSError, ValueError, TypeError):
             continue
-        if methods.get(cfg.method).family != "parameter-sharing" or methods.get(cfg.method).record_dp:
+        if cfg.spec.family != "parameter-sharing" or cfg.spec.record_dp:
             continue
         setting = _setting(cfg)
         if setting is None or cfg.rounds != rounds or not (run_dir / "metrics.csv").exists():

@@ -15,7 +15,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedgca import methods
 from fedgca.config import DATASET_PRESETS, K_GRID, METHODS, RunConfig
 from fedgca.reporting import tables
 
@@ -136,7 +135,7 @@ def variant_of(cfg: RunConfig) -> tuple:
     """The method's own options other than the axes (e.g. GCA's epochs, DP-FedAvg's σ)."""
     d = cfg.to_dict()
     preset = DATASET_PRESETS.get(cfg.dataset, {})  # own data has none
-    own = sorted(methods.get(cfg.method).options - set(SETTING_FIELDS) - AXES)
+    own = sorted(cfg.spec.options - set(SETTING_FIELDS) - AXES)
     # a dataset's own preset (e.g. ρ = 0.5 on academic, 0.25 on magic) is one variant: "preset"
     return tuple((f, "preset" if f in preset and d[f] == preset[f] else d[f]) for f in own)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedgca import devices, methods, privacy
+from fedgca import devices, privacy
 from fedgca.devices import to_numpy
 from fedgca.protocol import dpfedavg, server_rules
 from fedgca.protocol.sampling import num_participants
@@ -98,7 +98,7 @@ class FedAvgSimulation(SimMethod):
         for i in idx.tolist():
             self.last_upload_round[i] = r
         sizes = fed.shards.sizes[to_numpy(idx)]
-        self.global_params, norms = server_rules.aggregate(methods.get(cfg.method).server_rule, r, self.global_params, uploads, sizes,
+        self.global_params, norms = server_rules.aggregate(cfg.spec.server_rule, r, self.global_params, uploads, sizes,
                                                            server_rules.RuleOptions.of(cfg))
         if norms is not None:  # DP-FedAvg: how often updates were clipped
             self.clip_norms.append(norms.tolist())

@@ -9,8 +9,8 @@ from fedgca.simulation.base import _SIMULATORS, SimMethod
 
 def simulator(name: str) -> type[SimMethod]:
     """The simulator class of a registered method."""
-    methods.get(name)
     if name not in _SIMULATORS:
+        methods.get(name)  # an unknown name: the registry's one-line error
         raise ValueError(f"method {name!r} has no simulator class")
     return _SIMULATORS[name]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedgca import devices, methods, privacy
+from fedgca import devices, privacy
 from fedgca.config import RunConfig
 from fedgca.data import DataError, DataSource
 from fedgca.data.dataset import FederatedDataset
@@ -65,12 +65,12 @@ def memory_estimate(cfg: RunConfig, input_shape: tuple[int, ...], shard_sizes: l
     evaluation holds every client's test scores in float32 and, for AUROC/AUPRC, about four
     float64-sized working copies.
     """
-    n_models = 1 if methods.get(cfg.method).pooled else cfg.clients
+    n_models = 1 if cfg.spec.pooled else cfg.clients
     row = math.prod(input_shape)
     params = param_count(build_model(input_shape))
     models = MODEL_BYTES_PER_PARAMETER * params * n_models
     shards = 4 * row * n_models * max(shard_sizes) * (2 if cfg.val_fraction > 0 else 1)
-    if methods.get(cfg.method).pooled:
+    if cfg.spec.pooled:
         shards += 4 * row * sum(shard_sizes)
     scores = (4 + 4 * 8) * n_models * (n_test + max(shard_sizes))
     return int(models + shards + 4 * row * n_test + scores)
@@ -112,7 +112,7 @@ def build_federation(cfg: RunConfig, source: DataSource, dataset: FederatedDatas
     parts, val = split_validation(partition_of(cfg, dataset),
                                   cfg.val_fraction, cfg.seed)
     check_memory(cfg, dataset.input_shape, [len(p) for p in parts], len(dataset.test_x))
-    n_models = 1 if methods.get(cfg.method).pooled else cfg.clients
+    n_models = 1 if cfg.spec.pooled else cfg.clients
     device = devices.resolve(cfg.device)
     models = [init_model(cfg.seed, dataset.input_shape, i) for i in range(n_models)]
     adam = AdamConfig(lr=cfg.lr, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma)
@@ -123,7 +123,7 @@ def build_federation(cfg: RunConfig, source: DataSource, dataset: FederatedDatas
         log.warning("%s", few)
     client_tests = None
     if dataset.test_sites is not None:  # client i is site i: the natural partition without dropped or merged sites
-        if methods.get(cfg.method).pooled:
+        if cfg.spec.pooled:
             raise ValueError("the per-site test split evaluates each site's own model on its own rows; "
                              "Centralized trains one model on pooled rows: use another --test-split")
         if cfg.partition != "natural" or cfg.small_sites == "merge":

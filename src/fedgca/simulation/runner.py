@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from fedgca import methods, rundir, runrecord
+from fedgca import rundir, runrecord
 from fedgca.config import ABLATION_CLIENT, EXECUTION_ONLY, RunConfig
 from fedgca.data.source import DataSource, source_for
 from fedgca.detector import save_client_detectors
@@ -157,7 +157,7 @@ def _read_checkpoint(out: Path) -> dict:
 
 def _effective_k_note(cfg: RunConfig, fed: Federation) -> str | None:
     """GCA clusters at most as many codes as the clients upload; say so when K asks for more."""
-    if not methods.is_gca(cfg.method):
+    if not cfg.spec.family == "gca":
         return None
     # the most codes a round can bring: the ⌊φC⌋ largest uploads (all of them when φ = 1)
     sizes = sorted((upload_size(int(n), cfg.rho) for n in fed.shards.sizes), reverse=True)
@@ -190,7 +190,7 @@ def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
                                one_model=one_model)
         per_client = dict(res["per_client"])
     per_client["val_error"] = [float(s.mean()) for s in val] if val is not None else [float("nan")]
-    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=methods.paper_phase(fed.cfg),
+    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=fed.cfg.paper_phase,
                                 client_ids=ids)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fedgca import methods, seeding
+from fedgca import seeding
 from fedgca.protocol import fedprox
 from fedgca.protocol.dp import RecordDP
 from fedgca.protocol.losses import (
@@ -66,7 +66,7 @@ def local_training(clients: StackedModels, shards: ClientShards, seed: int, r: i
 
 def client_loss_term(cfg, clients: StackedModels, global_params: dict[str, torch.Tensor]):
     """What a parameter-sharing client adds to L_recon this round: FedProx's c·||θ_i − θ^(r)||², else nothing."""
-    if methods.get(cfg.method).client_term != "proximal" or not cfg.fedprox_coef:
+    if cfg.spec.client_term != "proximal" or not cfg.fedprox_coef:
         return None
     coef, params = cfg.fedprox_coef, clients.params
     return lambda: coef * fedprox.proximal_term(params, global_params)
