@@ -110,9 +110,9 @@ def test_example_files_parse(name, request, tmp_path, monkeypatch):
         eps = {None, 8.0, 32.0} if name.endswith("campaign") else {None, 1.0, 2.0, 4.0, 8.0, 32.0}
         assert {c.clients for c in spec.configs} == {2, 10, 30} and {c.target_epsilon for c in spec.configs} == eps
         assert len(spec.configs) == 3 * (2 * (len(eps) - 1) + 2) * len({c.seed for c in spec.configs})
-    if name.startswith("sweep_dp_levers_"):  # four variants of DP-GCA at ε = 8, each with fewer private steps
-        assert {(c.method, c.target_epsilon) for c in spec.configs} == {("dpgca", 8.0)}
-        assert len(spec.configs) == 4 * 3 * 3 and {c.rounds for c in spec.configs} == {5, 20}
+    if name.startswith("sweep_dp_levers_"):  # DP-GCA at ε = 8 on shorter schedules, GCA on the shortest
+        assert {(c.method, c.target_epsilon) for c in spec.configs} == {("dpgca", 8.0), ("gca", None)}
+        assert len(spec.configs) == (6 + 2) * 3 * 3 and {c.rounds for c in spec.configs} == {5, 20}
     if name == "sweep_fashion":
         assert {(c.dataset, c.rounds) for c in spec.configs} == {("fashion_mnist", 2)} and len(spec.configs) == 21
 
