@@ -91,6 +91,7 @@ def test_example_files_parse(name, request, tmp_path, monkeypatch):
         shared.mkdir(parents=True)
         (shared / "data").symlink_to(request.getfixturevalue("data_dir").resolve())
         (tmp_path / "work" / "repo").mkdir()
+        (tmp_path / "work" / "repo" / "examples").symlink_to(EXAMPLES.resolve())  # a schema file beside the sweep's
         monkeypatch.chdir(tmp_path / "work" / "repo")
     spec = sweep.load_spec(EXAMPLES / f"{name}.toml")
     assert spec.configs
@@ -113,6 +114,9 @@ def test_example_files_parse(name, request, tmp_path, monkeypatch):
     if name.startswith("sweep_dp_levers_"):  # DP-GCA at ε = 8 on shorter schedules, GCA on the shortest
         assert {(c.method, c.target_epsilon) for c in spec.configs} == {("dpgca", 8.0), ("gca", None)}
         assert len(spec.configs) == (6 + 2) * 3 * 3 and {c.rounds for c in spec.configs} == {5, 20}
+    if name == "sweep_dp_stats_bank":  # the per-site statistics' σ_s, each run on the 12 jobs' sites
+        assert {c.dp_stats_sigma for c in spec.configs if c.method.startswith("dp")} == {4.0, 8.0, 16.0}
+        assert {c.clients for c in spec.configs} == {12} and len(spec.configs) == 8
     if name == "sweep_fashion":
         assert {(c.dataset, c.rounds) for c in spec.configs} == {("fashion_mnist", 2)} and len(spec.configs) == 21
 
