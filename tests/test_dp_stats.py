@@ -11,8 +11,8 @@ from pathlib import Path
 
 import dp_accounting as dpa
 import numpy as np
-import pandas as pd
 import pytest
+from test_own_data_flower import write_sites
 
 from fedgca.cli.main import main
 from fedgca.data import DataError, Schema, infer_schema
@@ -21,7 +21,6 @@ from fedgca.data.source import open_source
 from fedgca.protocol import dp
 from fedgca.protocol.gca import upload_size
 
-JOBS = ("admin.", "services", "technician")
 # bank's numeric columns with bounds a practitioner knows without reading the rows (the data's documentation)
 RANGES = {"age": [18, 100], "balance": [-10000, 100000], "day": [1, 31], "duration": [0, 5000],
           "campaign": [1, 70], "pdays": [-1, 900], "previous": [0, 300]}
@@ -31,12 +30,7 @@ RANGES = {"age": [18, 100], "balance": [-10000, 100000], "day": [1, 31], "durati
 def sites(tmp_path_factory, data_dir):
     """Three sites' files (bank's rows of three jobs, 1,200 each), a per-site schema with public ranges."""
     root = tmp_path_factory.mktemp("dpsites")
-    raw = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";")
-    site_dir = root / "sites"
-    site_dir.mkdir()
-    for job in JOBS:
-        raw[raw["job"] == job].drop(columns=["job"]).head(1200).to_csv(site_dir / f"{job.rstrip('.')}.csv",
-                                                                         sep=";", index=False)
+    site_dir = write_sites(root, data_dir, 1200)
     schema, _ = infer_schema(site_dir / "admin.csv", label="y", normal="no")
     d = schema.with_test("per-site").to_dict()
     for f in d["features"]:

@@ -18,16 +18,22 @@ from fedgca.data.source import open_source
 JOBS = ("admin.", "services", "technician")
 
 
-@pytest.fixture(scope="module")
-def sites(tmp_path_factory, data_dir):
-    """Three sites' files (bank's rows of three jobs, 2,000 each; the job column left out) and a per-site schema."""
-    root = tmp_path_factory.mktemp("sites")
+def write_sites(root: Path, data_dir: Path, rows: int) -> Path:
+    """``root/sites``: one file per job of JOBS, bank's first ``rows`` rows of that job, the job column left out."""
     raw = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";")
     site_dir = root / "sites"
     site_dir.mkdir()
     for job in JOBS:
-        raw[raw["job"] == job].drop(columns=["job"]).head(2000).to_csv(site_dir / f"{job.rstrip('.')}.csv",
+        raw[raw["job"] == job].drop(columns=["job"]).head(rows).to_csv(site_dir / f"{job.rstrip('.')}.csv",
                                                                          sep=";", index=False)
+    return site_dir
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory, data_dir):
+    """Three sites' files (bank's rows of three jobs, 2,000 each; the job column left out) and a per-site schema."""
+    root = tmp_path_factory.mktemp("sites")
+    site_dir = write_sites(root, data_dir, 2000)
     schema, _ = infer_schema(site_dir / "admin.csv", label="y", normal="no")
     schema = schema.with_test("per-site")
     schema.save(root / "schema.json")
