@@ -163,9 +163,7 @@ class DataSource:
                             "encoded from its pooled training rows (ε does not cover that encoding: summary.json's "
                             "dp.not_covered)")
         if registry.get(self.preset).kind == "tabular":
-            from .presets import preset_source
-
-            return preset_source(self.preset, self.data_dir, download=self.download).load(seed)
+            return tabular_preset(self.preset, self.data_dir, download=self.download).load(seed)
         from .vision import load_vision
 
         return load_vision(self.preset, self.data_dir, seed=seed, download=self.download)
@@ -185,6 +183,29 @@ class DataSource:
             return cls.builtin(d["preset"], d.get("data_dir"), download=d.get("download", True))
         return cls(path=d["path"], schema=None if d["schema"] is None else Schema.from_dict(d["schema"]),
                    name=d.get("name"), test_path=d.get("test_path"))
+
+
+def tabular_preset(name: str, data_dir=None, *, download: bool = True) -> DataSource:
+    """Built-in tabular dataset ``name`` as the own-data source it is: its files in ``<data_dir>/<name>/`` (fetched
+    when missing and allowed) read with the registry's schema (:mod:`fedgca.data.presets`)."""
+    from . import registry
+    from .download import ensure_files, locate, resolve_data_dir
+
+    spec = registry.get(name)
+    if spec.schema is None:
+        raise DataError(f"unknown tabular dataset {name!r}; known: {', '.join(registry.names('tabular'))}")
+    dataset_dir = resolve_data_dir(data_dir) / name
+    ensure_files(dataset_dir, spec.files, download=download)
+
+    def found(file_name: str) -> Path:
+        path = locate(dataset_dir, next(r for r in spec.files if r.name == file_name))
+        if path is None:
+            raise DataError(f"{dataset_dir}: missing {file_name}")
+        return path
+
+    test = found(spec.schema.test_file) if spec.schema.test_file else None
+    return DataSource(str(found(spec.train_file)), spec.schema, name=name,
+                      test_path=None if test is None else str(test))
 
 
 def source_for(dataset: str, data_dir=None, sources: Mapping[str, DataSource] | None = None) -> DataSource:
