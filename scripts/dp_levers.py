@@ -59,10 +59,11 @@ def main() -> None:
         for r in frontier:
             if r["method"] == "gca":
                 gca[r["clients"]].append(r["auroc"])
-        for r in frontier + levers:
-            if r["method"] == "gca" and r in levers:
+        for r in levers:
+            if r["method"] == "gca":
                 gca_same[(_variant(r["config"], base), r["clients"])].append(r["auroc"])
-            elif r["method"] == "dpgca" and r["eps"] == 8.0:
+        for r in frontier + levers:
+            if r["method"] == "dpgca" and r["eps"] == 8.0:
                 cells[(_variant(r["config"], base), r["clients"])].append(r)
         for (variant, c), rs in sorted(cells.items(), key=lambda kv: (kv[0][0] != BASE, kv[0][0], kv[0][1])):
             m, s = _ms([r["auroc"] for r in rs])

@@ -15,6 +15,7 @@ from fedgca import privacy
 from fedgca.config import RunConfig, option_name
 from fedgca.data import DataError, DataSource, FederatedDataset
 from fedgca.data.defaults import MIN_TRAIN_ROWS, client_train_rows, max_clients, own_defaults, sites_below
+from fedgca.data.partition import NO_SITES
 
 log = logging.getLogger("fedgca")
 
@@ -36,8 +37,7 @@ def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None 
     n_sites = None
     if cfg0.partition == "natural":
         if ds.sites is None:
-            raise DataError(f"{source.label}: --partition natural needs a site column (the schema's \"site\") or a "
-                            "directory of per-site files")
+            raise DataError(f"{source.label}: {NO_SITES}")
         parts, _ = ds.natural(cfg0.batch_size, cfg0.small_sites)  # carried: the federation trains on these
         n_sites = len(parts)
     defaulted = own_defaults(len(ds.train), n_sites, cfg0.partition, given=values)

@@ -37,13 +37,12 @@ class FederatedDataset:
     def natural(self, min_size: int, small_sites: str = "error") -> tuple[list[np.ndarray], list[str]]:
         """The natural partition of the training rows (``data.partition.natural_partition``), computed once per
         dataset and rule and carried: binding counts the sites from it, the federation trains on it."""
-        from .partition import natural_partition
+        from .partition import NO_SITES, natural_partition
 
         memo = self.__dict__.setdefault("_natural", {})
         if (min_size, small_sites) not in memo:
             if self.sites is None:
-                raise ValueError("--partition natural needs a site column (the schema's \"site\") or a directory of "
-                                 "per-site files; this dataset has neither")
+                raise ValueError(NO_SITES)
             memo[(min_size, small_sites)] = natural_partition(self.sites, self.site_names, min_size, small_sites)
         return memo[(min_size, small_sites)]
 

@@ -275,6 +275,16 @@ def local_stats(X: np.ndarray) -> dict[str, np.ndarray]:
     return {"n": np.array([n], dtype=np.int64), "mean": mean, "m2": m2}
 
 
+def private_bounds(schema, where: str = "schema"):
+    """The public bounds a DP statistics release clips to — or one line saying what the schema lacks (its
+    ``range``s, or the correlation filter off: the release has no scatter matrix for it)."""
+    if schema.corr_threshold < 1:
+        raise DataError(f"{where}: --dp-stats-sigma releases column sums and sums of squares, not the scatter matrix "
+                        f"the correlation filter needs: set corr_threshold 1 (off) in the schema, not "
+                        f"{schema.corr_threshold}")
+    return schema.public_bounds(where)
+
+
 def released_stats(X: np.ndarray, schema, *, stats_sigma: float | None, seed: int, site: int,
                    where: str = "schema") -> dict[str, np.ndarray]:
     """What site ``site`` releases for the shared encoding: :func:`local_stats`, or with ``stats_sigma`` their DP
@@ -285,11 +295,7 @@ def released_stats(X: np.ndarray, schema, *, stats_sigma: float | None, seed: in
     from fedgca import seeding
     from fedgca.protocol.dp import private_column_stats
 
-    if schema.corr_threshold < 1:
-        raise DataError(f"{where}: --dp-stats-sigma releases column sums and sums of squares, not the scatter matrix "
-                        f"the correlation filter needs: set corr_threshold 1 (off) in the schema, not "
-                        f"{schema.corr_threshold}")
-    low, high = schema.public_bounds(where)
+    low, high = private_bounds(schema, where)
     n, mean, m2 = private_column_stats(X, low, high, stats_sigma, seeding.rng(seed, "dp-stats", site))
     return {"n": np.array([n], dtype=np.int64), "mean": mean, "m2": m2}
 

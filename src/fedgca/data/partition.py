@@ -244,6 +244,10 @@ def natural_partition(sites: np.ndarray, site_names: list[str], min_size: int, s
     return parts, names
 
 
+NO_SITES = ("--partition natural needs a site column (the schema's \"site\") or a directory of per-site files; "
+            "this dataset has neither")
+
+
 def partition_rows(cfg, train: np.ndarray, sites: np.ndarray | None = None,
                    site_names: list[str] | None = None, *, natural=None) -> list[np.ndarray]:
     """The realised partition of a run config (``partition``, ``clients``, ``seed``, ``alpha``, ``batch_size``,
@@ -256,8 +260,7 @@ def partition_rows(cfg, train: np.ndarray, sites: np.ndarray | None = None,
         return iid_partition(len(train), cfg.clients, cfg.seed)
     if cfg.partition == "natural":
         if natural is None and sites is None:
-            raise ValueError("--partition natural needs a site column (the schema's \"site\") or a directory of "
-                             "per-site files; this dataset has neither")
+            raise ValueError(NO_SITES)
         parts, names = natural or natural_partition(sites, site_names, cfg.batch_size, cfg.small_sites)
         if len(parts) != cfg.clients:
             raise ValueError(f"--partition natural gives {len(parts)} clients (one per site: "

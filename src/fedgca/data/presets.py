@@ -10,17 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import registry
-from .errors import DataError
-from .schema import Schema
+from .registry import tabular_schema as schema  # noqa: F401 — a built-in's schema, as callers import it
 from .source import tabular_preset
-
-
-def schema(name: str) -> Schema:
-    spec = registry.REGISTRY.get(name)
-    if spec is None or spec.schema is None:
-        raise DataError(f"unknown tabular dataset {name!r}; known: {', '.join(registry.names('tabular'))}")
-    return spec.schema
 
 
 def load_tabular(name: str, data_dir=None, download: bool = True, *, seed: int = 100):

@@ -43,6 +43,14 @@ def get(name: str) -> DatasetSpec:
     return REGISTRY.lookup(name)
 
 
+def tabular_schema(name: str):
+    """Built-in tabular dataset ``name``'s schema (one line naming the known ones otherwise)."""
+    spec = REGISTRY.get(name)
+    if spec is None or spec.schema is None:
+        raise DataError(f"unknown tabular dataset {name!r}; known: {', '.join(names('tabular'))}")
+    return spec.schema
+
+
 def names(kind: str | None = None) -> tuple[str, ...]:
     """Registered dataset names in the paper's order, optionally of one kind."""
     return tuple(s.name for s in REGISTRY.values() if kind is None or s.kind == kind)

@@ -191,9 +191,7 @@ def tabular_preset(name: str, data_dir=None, *, download: bool = True) -> DataSo
     from . import registry
     from .download import ensure_files, locate, resolve_data_dir
 
-    spec = registry.get(name)
-    if spec.schema is None:
-        raise DataError(f"unknown tabular dataset {name!r}; known: {', '.join(registry.names('tabular'))}")
+    spec, schema = registry.get(name), registry.tabular_schema(name)
     dataset_dir = resolve_data_dir(data_dir) / name
     ensure_files(dataset_dir, spec.files, download=download)
 
@@ -203,8 +201,8 @@ def tabular_preset(name: str, data_dir=None, *, download: bool = True) -> DataSo
             raise DataError(f"{dataset_dir}: missing {file_name}")
         return path
 
-    test = found(spec.schema.test_file) if spec.schema.test_file else None
-    return DataSource(str(found(spec.train_file)), spec.schema, name=name,
+    test = found(schema.test_file) if schema.test_file else None
+    return DataSource(str(found(spec.train_file)), schema, name=name,
                       test_path=None if test is None else str(test))
 
 

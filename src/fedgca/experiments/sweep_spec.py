@@ -49,7 +49,9 @@ class SweepSpec:
     @property
     def sources(self) -> dict | None:
         """Own data's source by name (``run_sweep``'s ``sources``), or None: built-in datasets in ``data_dir``."""
-        return None if self.source is None else {self.source.label: self.source}
+        from fedgca.data.source import by_name
+
+        return by_name(self.source)
 
 
 def load_spec(path) -> SweepSpec:

@@ -36,7 +36,7 @@ from flwr.serverapp import Grid
 
 from fedgca import privacy, runrecord
 from fedgca.config import ABLATION_CLIENT, RunConfig
-from fedgca.data.encoding import fit_from_stats
+from fedgca.data.encoding import fit_from_stats, private_bounds
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
 from fedgca.flower.config import FlowerOptions
@@ -206,11 +206,8 @@ class FlowerServer:
         schema = owndata.require_category_lists(
             owndata.Schema.from_dict(json.loads(infos[node]["schema"]), f"schema of node {node}"), f"schema of node {node}")
         privacy.refuse_plain_statistics(self.cfg)  # before any statistic leaves a node
-        if privacy.stats_noise(self.cfg) is not None:  # the nodes' release needs public bounds: checked here, once
-            schema.public_bounds(f"schema of node {node}")
-            if schema.corr_threshold < 1:
-                raise ValueError(f"--dp-stats-sigma releases column sums and sums of squares, not the scatter matrix "
-                                 f"the schema's correlation filter (corr_threshold {schema.corr_threshold}) needs")
+        if privacy.stats_noise(self.cfg) is not None:  # what the nodes' release needs, checked before any is asked
+            private_bounds(schema, f"schema of node {node}")
         replies, _ = self.exchange("query.stats", -1, [self.message_to(n, "query.stats", -1, **{CONFIG: cfgrec})
                                                        for n in infos])
         stats, contributors = [], []
