@@ -24,7 +24,7 @@ def bench(tmp_path_factory, data_dir):
     (files / "notes.mat").write_text("not a MATLAB file")
     out = root / "out"
     args = ["bench", str(files), "--out", str(out), "--methods", "centralized,single,gca", "--seeds", "100,200",
-            "--peers", "iforest,ecod", "--workers", "0", "--rounds", "2", "--no-plots"]
+            "--peers", "iforest,knn,lof", "--workers", "0", "--rounds", "2", "--no-plots"]
     assert main(args) == 0
     return {"out": out, "args": args, "files": files}
 
@@ -39,17 +39,31 @@ def test_table_has_files_as_rows_and_methods_and_peers_as_columns(bench):
     with open(bench["out"] / "report" / "auroc_iid.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["file"] for r in rows] == ["42_WBC", "45_wine"]
-    for column in ("centralized", "single", "gca", "iforest", "ecod"):
+    for column in ("centralized", "single", "gca", "iforest", "knn", "lof"):
         assert all(r[f"{column}_seeds"] == "2" and 0 <= float(r[f"{column}_mean"]) <= 100 for r in rows), column
     text = _report(bench["out"])
-    assert "| file | Centralized | Single-Client | GCA | IForest (central) | ECOD (central) |" in text
+    assert "| file | Centralized | Single-Client | GCA | IForest (central) | KNN (central) | LOF (central) |" in text
     for summary in ("**mean** (2 files)", "**average rank**", "W/T/L vs Centralized", "W/T/L vs Single-Client"):
         assert summary in text
+    # the best centralized peer by mean is named, and every method is counted against it too (issue #47 item 1)
+    means = {c: np.mean([float(r[f"{c}_mean"]) for r in rows]) for c in ("iforest", "knn", "lof")}
+    best = max(means, key=means.get)
+    label = {"iforest": "IForest", "knn": "KNN", "lof": "LOF"}[best]
+    assert f"Best centralized peer (AUROC, iid): **{label} (central)**, mean {means[best]:.2f} over 2 files" in text
+    assert f"W/T/L vs {label} (central)" in text
     # the peers scored the runs' own test rows: the same count as the runs'
     peer = json.loads(next((bench["out"] / "peers" / "42_WBC").glob("iid-seed100-iforest.json")).read_text())
     run = next(json.loads(p.read_text()) for p in (bench["out"] / "runs").glob("*/summary.json")
                if json.loads(p.read_text())["dataset"] == "42_WBC" and json.loads(p.read_text())["seed"] == 100)
     assert peer["n_test"] == run["data"]["n_test"] and peer["n_train"] == sum(run["client_sizes"])
+
+
+def test_knn_and_lof_are_default_peers():
+    """Issue #47 item 1: the strongest classical detectors on ADBench's one-class protocol are in every bench."""
+    from fedgca.cli.main import build_parser
+
+    args = build_parser().parse_args(["bench", "files"])
+    assert {"knn", "lof"} <= set(args.peers.split(","))
 
 
 def test_a_failing_file_is_one_line_and_the_rest_goes_on(bench):

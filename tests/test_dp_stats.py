@@ -197,3 +197,54 @@ def test_dp_on_flower_over_site_files_equals_the_simulator(sites, dp_run, tmp_pa
     for a, b in zip(*rows):
         assert {k: v for k, v in a.items() if k != "train_error"} == {k: v for k, v in b.items() if k != "train_error"}
 
+
+
+def test_a_node_with_an_empty_cell_refuses_before_releasing_anything(sites, tmp_path):
+    """Issue #50 item 3: under the schema's default `missing: impute`, a node's file with one empty numeric cell made
+    its release NaN (and the server then left the site out: whether it took part hung on one record). Now the node's
+    `query.stats` handler refuses before computing anything, naming no count or column; with the cell filled it
+    releases finite statistics."""
+    import pandas as pd
+    from flwr.app import Context, Message, Metadata, RecordDict
+
+    from fedgca.config import RunConfig
+    from fedgca.flower import client_app
+    from fedgca.flower.records import CONFIG, STATS, config_record, numpy_dict
+
+    site_dir, root = sites
+    frame = pd.read_csv(site_dir / "admin.csv", sep=";")
+    frame.loc[frame.index[frame["y"] == "no"][3], "age"] = None  # one empty cell in a training normal
+    frame.to_csv(tmp_path / "holed.csv", sep=";", index=False)
+    cfg = RunConfig("holed", method="dpgca", partition="natural", clients=3, k=2, rho=0.5, val_fraction=0.1,
+                    threshold="val-quantile", dp_stats_sigma=4.0, data_digest="-")
+
+    def ask(path: Path):
+        ctx = Context(run_id=1, node_id=7, node_config={"data-path": str(path), "schema-path": str(root / "schema.json"),
+                                                        "client-id": 0}, state=RecordDict(), run_config={})
+        msg = Message(RecordDict({CONFIG: config_record(cfg, round=-1)}),
+                      metadata=Metadata(run_id=1, message_id="m", src_node_id=1, dst_node_id=7, reply_to_message_id="",
+                                        group_id="", created_at=0.0, ttl=60.0, message_type="query.stats"))
+        return client_app.stats(msg, ctx)
+
+    with pytest.raises(DataError, match="empty or non-finite numeric cells.*nothing was released") as err:
+        ask(tmp_path / "holed.csv")
+    assert "age" not in str(err.value)
+    released = numpy_dict(ask(site_dir / "admin.csv").content[STATS])
+    assert all(np.isfinite(v).all() for v in released.values())
+    with pytest.raises(DataError, match="nothing was released"):  # the one function both drivers release through
+        released_stats(np.array([[1.0, np.nan], [2.0, 3.0]]), Schema.load(root / "schema.json"), stats_sigma=None,
+                       seed=100, site=0)
+
+
+def test_a_refused_flower_run_writes_nothing(sites, tmp_path, capsys):
+    """Issue #50 item 4: `flower simulate` refusing a DP method without --dp-stats-sigma left config.json,
+    schema.json, messages.jsonl and rounds.jsonl behind; a non-finite σ_s failed later without naming the option."""
+    out = tmp_path / "refused"
+    assert main(["flower", "simulate", *_args(sites, "dpgca", out, "--target-epsilon", "8")]) == 2
+    assert "--dp-stats-sigma" in capsys.readouterr().err and not out.exists()
+    for bad in ("nan", "inf", "-1", "0"):
+        for driver in (["run"], ["flower", "simulate"]):
+            assert main([*driver, *_args(sites, "dpgca", out, "--dp-stats-sigma", bad)]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and err[0].startswith("fedgca: error: --dp-stats-sigma must be"), err
+            assert not out.exists()

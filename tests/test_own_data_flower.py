@@ -137,3 +137,61 @@ def test_flower_simulate_refuses_a_shared_test_split_over_site_files(sites, tmp_
     assert main(["flower", "simulate", *args]) == 2
     err = capsys.readouterr().err
     assert "--test-split per-site" in err and len(err.strip().splitlines()) == 1
+
+
+ADULT = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation", "relationship",
+         "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country", "income"]
+
+
+@pytest.fixture(scope="module")
+def adult_by_workclass(tmp_path_factory, data_dir):
+    """Issue #50 item 2's layout: adult split by workclass into 8 site files (the first 400 rows of each). Two sites
+    hold no anomaly (Never-worked, Without-pay), one has more anomalies than normals, so no training rows beside its
+    own test set (Self-emp-inc); Never-worked sorts before three kept sites, so a site's place among the files is
+    not its client id."""
+    root = tmp_path_factory.mktemp("adult")
+    raw = pd.read_csv(data_dir / "adult" / "adult.data", header=None, names=ADULT, skipinitialspace=True)
+    site_dir = root / "sites"
+    site_dir.mkdir()
+    for work, rows in raw[raw["workclass"] != "?"].groupby("workclass"):
+        rows.drop(columns=["workclass"]).head(400).to_csv(site_dir / f"{work}.csv", index=False)
+    schema, _ = infer_schema(site_dir / "Private.csv", label="income", normal="<=50K")
+    schema.with_test("per-site").save(root / "schema.json")
+    return site_dir, root / "schema.json"
+
+
+def test_flower_over_site_files_drops_the_sites_the_simulator_drops(adult_by_workclass, tmp_path):
+    """Issue #50 item 2: with --small-sites drop, `flower simulate` runs the simulator's federation — the same five
+    sites as clients, the same metrics.csv byte for byte, the same summary `data` block and test rows."""
+    import json
+
+    site_dir, schema = adult_by_workclass
+    args = ["--data", str(site_dir), "--schema", str(schema), "--partition", "natural", "--small-sites", "drop",
+            "--method", "gca", "--rounds", "2", "--recon-epochs", "1", "--align-epochs", "1"]
+    assert main(["run", "--threads", "1", *args, "--out", str(tmp_path / "sim")]) == 0
+    assert main(["flower", "simulate", *args, "--out", str(tmp_path / "flower")]) == 0
+    sim, fl = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("sim", "flower"))
+    assert sim["clients"] == fl["clients"] == 5
+    assert sim["data"]["dropped_sites"] == ["Never-worked", "Self-emp-inc", "Without-pay"]
+    assert fl["data"] == sim["data"]
+    for name in ("metrics.csv", "test_rows.csv"):
+        assert (tmp_path / "sim" / name).read_bytes() == (tmp_path / "flower" / name).read_bytes()
+
+
+def test_flower_over_site_files_refuses_what_no_node_can_hold(adult_by_workclass, tmp_path, capsys):
+    """A merged client spans several files and an IID partition pools them: no node holds either, and neither is a
+    per-site federation — both drivers refuse in the same line, and nothing is written."""
+    site_dir, schema = adult_by_workclass
+    merge_dir = tmp_path / "sites"
+    merge_dir.mkdir()
+    for name, rows in (("Private", 400), ("Local-gov", 400), ("Federal-gov", 90), ("State-gov", 90)):
+        pd.read_csv(site_dir / f"{name}.csv").head(rows).to_csv(merge_dir / f"{name}.csv", index=False)
+    base = ["--data", str(merge_dir), "--schema", str(schema), "--method", "gca", "--rounds", "1"]
+    for extra in (["--partition", "natural", "--small-sites", "merge"], ["--partition", "iid"]):
+        said = []
+        for driver in (["run"], ["flower", "simulate"]):
+            out = tmp_path / f"{driver[-1]}-{extra[-1]}"
+            assert main([*driver, *base, *extra, "--out", str(out)]) == 2
+            said.append(capsys.readouterr().err.strip().splitlines())
+            assert not out.exists()
+        assert said[0] == said[1] and len(said[0]) == 1 and "--small-sites drop" in said[0][0], said

@@ -32,6 +32,7 @@ def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None 
     """
     values = {k: v for k, v in options.items() if v is not None}
     values["dataset"] = source.label
+    RunConfig(**values).check_fields(presets_open=True)  # a bad option is named before the data is read
     cfg0 = RunConfig(**{"clients": 1, "k": 1, "rho": 1.0, **values, "data_digest": "-"})
     ds = dataset or source.load(cfg0.seed, drop_sites_below=sites_below(values), stats_sigma=privacy.stats_noise(values))
     n_sites = None

@@ -178,7 +178,36 @@ class RunConfig:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
     def validate(self) -> None:
-        """Every field in range; the message names the option as the CLI spells it."""
+        """Every field in range, then the rules between fields; the message names the option as the CLI spells it."""
+        self.check_fields()
+        if self.partition == "natural" and self.clients == 1 and self.spec.family != "single-site":
+            raise ValueError(f"--partition natural gives one client (one site), and {self.method} is a federated "
+                             "method: it needs two sites or more (--method single or centralized train one site)")
+        if self.eval_local_epochs and self.spec.family != "parameter-sharing":
+            raise ValueError(f"--eval-local-epochs evaluates the local models of a parameter-sharing method "
+                             f"(not {self.method})")
+        if self.eval_align_clients != "all" and not self.eval_align_epochs:
+            raise ValueError(f"--eval-align-clients {self.eval_align_clients} chooses whom --eval-align-epochs "
+                             "evaluates; add --eval-align-epochs")
+        if self.gmm_warm_start and self.backend != "gmm":
+            raise ValueError(f"--gmm-warm-start warm-starts the GMM backend only (--backend is {self.backend})")
+        if self.threshold == "val-quantile" and not self.val_fraction > 0:
+            raise ValueError("--threshold val-quantile needs a validation split: set --val-fraction > 0")
+        if self.spec.record_dp and self.dataset in VISION:
+            raise ValueError(f"--method {self.method}: DP-SGD is implemented for the tabular (MLP) autoencoder; "
+                             f"{self.dataset} uses the conv autoencoder")
+
+    def check_fields(self, *, presets_open: bool = False) -> None:
+        """Each field alone in its range (a finite number where a number is read): what own data's binding checks
+        before it reads a file, so a bad option is named before the data says anything. ``presets_open``: a field
+        still None that a preset or the data fills later is not checked yet."""
+        open_ = {f.name for f in dataclasses.fields(self)
+                 if presets_open and f.metadata.get("preset") and getattr(self, f.name) is None}
+
+        def _check(cfg, name, kind, ok, rule):
+            if name not in open_:
+                _check_field(cfg, name, kind, ok, rule)
+
         for f in dataclasses.fields(self):
             if f.metadata.get("choices"):
                 _check_choice(self, f.name)
@@ -190,34 +219,16 @@ class RunConfig:
         gca = self.spec.family == "gca"
         _check(self, "recon_epochs", int, lambda v: v >= (1 if gca else 0),
                "≥ 1 for GCA (the paper evaluates after every reconstruction epoch)" if gca else "≥ 0")
-        if self.partition == "natural" and self.clients == 1 and self.spec.family != "single-site":
-            raise ValueError(f"--partition natural gives one client (one site), and {self.method} is a federated "
-                             "method: it needs two sites or more (--method single or centralized train one site)")
         devices.check(self.device)
-        _check(self, "eval_align_epochs", bool, lambda v: True, "")
-        _check(self, "eval_recon_epochs", bool, lambda v: True, "")
-        _check(self, "eval_local_epochs", bool, lambda v: True, "")
-        if self.eval_local_epochs and self.spec.family != "parameter-sharing":
-            raise ValueError(f"--eval-local-epochs evaluates the local models of a parameter-sharing method "
-                             f"(not {self.method})")
-        if self.eval_align_clients != "all" and not self.eval_align_epochs:
-            raise ValueError(f"--eval-align-clients {self.eval_align_clients} chooses whom --eval-align-epochs "
-                             "evaluates; add --eval-align-epochs")
-        _check(self, "gmm_warm_start", bool, lambda v: True, "")
-        if self.gmm_warm_start and self.backend != "gmm":
-            raise ValueError(f"--gmm-warm-start warm-starts the GMM backend only (--backend is {self.backend})")
+        for name in ("eval_align_epochs", "eval_recon_epochs", "eval_local_epochs", "gmm_warm_start"):
+            _check(self, name, bool, lambda v: True, "")
         for name in ("rho", "participation", "lr_gamma"):
             _check(self, name, float, lambda v: 0 < v <= 1, "in (0, 1]")
         for name in ("quantile", "dp_delta"):
             _check(self, name, float, lambda v: 0 < v < 1, "in (0, 1)")
         _check(self, "val_fraction", float, lambda v: 0 <= v < 1, "in [0, 1)")
-        if self.threshold == "val-quantile" and not self.val_fraction > 0:
-            raise ValueError("--threshold val-quantile needs a validation split: set --val-fraction > 0")
         for name in ("lr", "w_max", "weight_eps", "alpha", "dp_clip", "dp_grad_clip", "dp_code_clip"):
             _check(self, name, float, lambda v: v > 0, "> 0")
-        if self.spec.record_dp and self.dataset in VISION:
-            raise ValueError(f"--method {self.method}: DP-SGD is implemented for the tabular (MLP) autoencoder; "
-                             f"{self.dataset} uses the conv autoencoder")
         for name in ("target_epsilon", "dp_stats_sigma"):
             if getattr(self, name) is not None:
                 _check(self, name, float, lambda v: v > 0, "> 0")
@@ -283,7 +294,7 @@ def _check_choice(cfg: RunConfig, name: str) -> None:
         raise ValueError(f"{option_name(name)}: unknown {name} {value!r}; choose from {', '.join(choices)}")
 
 
-def _check(cfg: RunConfig, name: str, kind: type, ok, rule: str) -> None:
+def _check_field(cfg: RunConfig, name: str, kind: type, ok, rule: str) -> None:
     value = getattr(cfg, name)
     if kind is bool:
         if not isinstance(value, bool):

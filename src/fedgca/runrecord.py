@@ -31,6 +31,36 @@ def metric_row(r: int, phase: str, epoch: int, per_client: dict[str, list], *, p
     }
 
 
+def client_sites(cfg, dataset) -> list[str] | None:
+    """The site behind each client of a natural partition, in client order (after ``--small-sites``); else None."""
+    if cfg.partition != "natural" or dataset.site_names is None:
+        return None
+    return list(dataset.natural(cfg.batch_size, cfg.small_sites)[1])
+
+
+def data_record(cfg, dataset) -> dict:
+    """summary.json's ``data`` block, the same from both drivers: which files, how the test set was made (its rows:
+    test_rows.csv), the sites behind the clients, what was dropped, and what was defaulted or imputed for data
+    without a preset. No paths."""
+    info = dataset.info
+    keep = ("files", "test_set", "n_train", "n_test", "n_anomalies", "n_test_normals", "dropped_columns",
+            "schema_digest", "digest", "imputed_training_cells", "imputed_test_cells", "defaulted", "dropped_sites")
+    rec = {k: info[k] for k in keep if k in info}
+    if "test_rows" in info:
+        rec["test_rows"] = {"file": "test_rows.csv", "count": int(len(info["test_rows"])),
+                            "of": info.get("test_rows_from", "the data")}
+    sites = client_sites(cfg, dataset)
+    if sites is not None:
+        rec["client_sites"] = sites
+    return rec
+
+
+def test_rows_text(dataset) -> str | None:
+    """test_rows.csv: which rows of the data made the test set (None when the dataset has no such record)."""
+    rows = dataset.info.get("test_rows")
+    return None if rows is None else "row\n" + "".join(f"{int(i)}\n" for i in rows)
+
+
 def per_round(values: list):
     """A per-round figure: the value if every round had the same, else the mean."""
     values = list(values) or [0]

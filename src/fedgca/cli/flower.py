@@ -89,14 +89,11 @@ def cmd_simulate(args) -> int:
     from fedgca.threads import limit_threads
 
     limit_threads(1)  # as `fedgca run` computes: the same numbers from both drivers (tests/conftest.py says why)
-    cfg, source, _ = config_from_args(args, with_data=True)
+    cfg, source, dataset = config_from_args(args, with_data=True)
     out = _out(args, cfg, args.engine)
     opts = {k: v for k, v in _options(args, out).items() if k != "out_dir"}
-    if not source.is_builtin:  # own data: node i reads site file i (fedgca.flower.simulation.own_data_nodes)
-        from fedgca.flower.simulation import own_data_nodes
-
-        opts["node_extra"] = own_data_nodes(source, out)
-    summary = simulate(cfg, out, engine=args.engine, data_dir=args.data_dir, **opts)
+    # own data: one node per client of the simulator's federation (fedgca.flower.simulation.own_data_nodes)
+    summary = simulate(cfg, out, engine=args.engine, data_dir=args.data_dir, source=source, dataset=dataset, **opts)
     print(_brief(summary))
     print(f"results in {out}", file=sys.stderr)
     return 0

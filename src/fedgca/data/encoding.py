@@ -289,7 +289,15 @@ def released_stats(X: np.ndarray, schema, *, stats_sigma: float | None, seed: in
                    where: str = "schema") -> dict[str, np.ndarray]:
     """What site ``site`` releases for the shared encoding: :func:`local_stats`, or with ``stats_sigma`` their DP
     release (``fedgca.protocol.dp.private_column_stats`` over the schema's public bounds, noise drawn with
-    (seed, site)). The simulator's per-site fit and a Flower node both call it, so they release the same bytes."""
+    (seed, site)). The simulator's per-site fit and a Flower node both call it, so they release the same bytes.
+
+    Rows with an empty or non-finite cell are refused before anything is computed: imputing them would need the
+    site's own values, and a non-finite statistic would have the server exclude the site — either way whether a
+    site takes part would hang on one record. The message names no count and no column (it may reach the server)."""
+    if not np.isfinite(X).all():
+        raise DataError(f"{where}: the training rows have empty or non-finite numeric cells, and the shared encoding "
+                        "is fitted from per-site statistics, which cannot impute them: fill or drop those rows "
+                        "before the run (nothing was released)")
     if stats_sigma is None:
         return local_stats(X)
     from fedgca import seeding

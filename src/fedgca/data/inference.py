@@ -8,9 +8,7 @@ from pathlib import Path
 from fedgca.lazyimport import LazyModule
 
 from .errors import DataError
-from .readers import (
-    require_file,
-)
+from .readers import ARRAY_FILES, ARRAY_LABEL, read_array_file, require_file
 from .schema import CATEGORICAL, NUMERIC, Feature, Schema
 
 pd = LazyModule("pandas")
@@ -30,6 +28,8 @@ def infer_schema(data, *, label: str | None, normal, anomaly=None, site: str | N
     values (an identifier or free text), which is left out with a note.
     """
     notes: list[str] = []
+    if isinstance(data, (str, Path)) and Path(data).suffix.lower() in ARRAY_FILES:
+        return _array_file_schema(Path(data), label)
     if isinstance(data, (str, Path)):
         path = Path(data)
         where = where or str(path)
@@ -91,11 +91,24 @@ def infer_schema(data, *, label: str | None, normal, anomaly=None, site: str | N
     return schema, notes
 
 
+def _array_file_schema(path: Path, label: str | None) -> tuple[Schema, list[str]]:
+    """An .npz/.mat file fixes its own schema (X numeric, y = 1 anomaly); reading it whole also checks it."""
+    if label not in (None, ARRAY_LABEL):
+        raise DataError(f"{path}: an .npz/.mat file's label is its array {ARRAY_LABEL!r} (1 = anomaly), "
+                        f"not {label!r}")
+    schema = read_array_file(path).schema
+    return schema, [f"{len(schema.features)} numeric features (the columns of X); label y, 1 = anomaly "
+                    "(an .npz/.mat file's own schema: --normal and --anomaly are not read)"]
+
+
 def _read_text_frame(path: Path, sep: str | None):
     """The file as text cells (for inference), with its separator sniffed from the header line."""
     require_file(path)
     if path.suffix.lower() in (".parquet", ".pq"):
-        return pd.read_parquet(path), None
+        try:
+            return pd.read_parquet(path), None
+        except Exception as e:  # noqa: BLE001 — pyarrow raises several types for a damaged or foreign file
+            raise DataError(f"{path}: not a readable Parquet file ({' '.join(str(e).split())[:160]})") from None
     if sep is None:
         with open(path, encoding="utf-8", errors="replace") as f:
             first = f.readline()

@@ -244,6 +244,17 @@ def natural_partition(sites: np.ndarray, site_names: list[str], min_size: int, s
     return parts, names
 
 
+def check_per_site(partition: str, small_sites: str, pooled: bool) -> None:
+    """The per-site test split's federation — client i is site i, evaluated on its own site's rows: what the
+    simulator and a Flower simulation over site files both require."""
+    if pooled:
+        raise ValueError("the per-site test split evaluates each site's own model on its own rows; "
+                         "Centralized trains one model on pooled rows: use another --test-split")
+    if partition != "natural" or small_sites == "merge":
+        raise ValueError("the per-site test split evaluates each site's client on its own rows: it needs "
+                         "--partition natural (small sites can be dropped, not merged: --small-sites drop)")
+
+
 NO_SITES = ("--partition natural needs a site column (the schema's \"site\") or a directory of per-site files; "
             "this dataset has neither")
 

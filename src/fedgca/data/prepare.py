@@ -178,6 +178,7 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
         del X_all
     imputed = {c: int(np.isnan(X_train[:, j]).sum()) for j, c in enumerate(columns)
                if c not in categories and np.isnan(X_train[:, j]).any()}
+    imputed_test = sum(int(np.isnan(X_test[:, j]).sum()) for j, c in enumerate(columns) if c not in categories)
     if stats_sigma is not None and test_sites is None:
         raise DataError(f"{where}: --dp-stats-sigma releases each site's statistics for the shared encoding, which "
                         "is fitted from per-site statistics under the per-site test split only (--test-split "
@@ -206,6 +207,8 @@ def prepare(table: RawTable, test: RawTable | None = None, *, seed: int = 100, n
     }
     if imputed:
         info["imputed_training_cells"] = imputed
+    if imputed_test:
+        info["imputed_test_cells"] = imputed_test
     if test_sites is not None and dropped_sites:
         info["dropped_sites"] = dropped_sites
     if test_sites is not None:  # what a deployment releases for the encoding (fedgca.privacy reads it)
@@ -229,10 +232,7 @@ def _fit_from_sites(pre, X_train, table, train_rows, columns, categories, schema
         raise DataError(f"the per-site split fits the encoding from per-site aggregates: categorical feature(s) "
                         f"{', '.join(map(repr, sorted(fixed)))} need their 'categories' list in the schema "
                         "(`fedgca schema infer` writes them)")
-    if np.isnan(X_train).any():
-        raise DataError("the per-site split fits the encoding from per-site aggregates, which cannot impute: "
-                        "the training rows have empty numeric cells; fill them or use another test split")
-    codes, _ = pd.factorize(table.sites.iloc[train_rows], sort=True)
-    stats = [released_stats(X_train[codes == j], schema, stats_sigma=stats_sigma, seed=seed, site=j)
-             for j in range(int(codes.max()) + 1)]
+    codes, names = pd.factorize(table.sites.iloc[train_rows], sort=True)
+    stats = [released_stats(X_train[codes == j], schema, stats_sigma=stats_sigma, seed=seed, site=j,
+                            where=f"site {names[j]!r}") for j in range(int(codes.max()) + 1)]
     return fit_from_stats(schema, stats)

@@ -16,7 +16,6 @@ import concurrent.futures as cf
 import dataclasses
 import json
 import logging
-import multiprocessing
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,8 +115,9 @@ def plan(paths, methods=DEFAULT_METHODS, seeds=(100,), partitions=("iid",), peer
                     jobs += [(name, partition, seed, p, cfg) for p in peers]
                     if record is None:
                         record = file_record(name, path.name, loaded[seed], cfg)
-        except (DataError, ValueError, OSError) as err:
-            out.files.append({"name": name, "file": path.name, "error": " ".join(str(err).split())})
+        except (DataError, ValueError, OSError) as err:  # one line in the report, named by the file alone
+            out.files.append({"name": name, "file": path.name,
+                              "error": " ".join(str(err).replace(str(path), path.name).split())})
             log.warning("bench: skipping %s: %s", path.name, err)
             continue
         out.sources[name] = source
@@ -146,7 +146,9 @@ def file_record(name: str, file: str, ds, cfg: RunConfig) -> dict:
             "n_train": n_train, "n_test": n_test, "clients": cfg.clients,
             "rows_per_client": n_train / cfg.clients * (1 - cfg.val_fraction), "batch_size": cfg.batch_size,
             "rounds": cfg.rounds, "local_epochs": cfg.local_epochs,
-            "dropped_columns": len(info.get("dropped_columns", [])), "defaulted": sorted(info.get("defaulted", {}))}
+            "dropped_columns": len(info.get("dropped_columns", [])), "defaulted": sorted(info.get("defaulted", {})),
+            "imputed_cells": sum(info.get("imputed_training_cells", {}).values()) + info.get("imputed_test_cells", 0),
+            "imputed_columns": sorted(info.get("imputed_training_cells", {}))}
 
 
 def peer_path(root: Path, name: str, partition: str, seed: int, peer: str) -> Path:
@@ -200,7 +202,7 @@ def _peer_job(source: dict, cfg: dict, peer: str, out: str) -> dict:
 
 def run_peers(p: BenchPlan, root: Path, workers: int) -> dict:
     """Every peer job without its result file; a failing one is logged and recorded, the rest go on."""
-    from fedgca.experiments.pool import _stop_workers, _worker_init, bare_main
+    from fedgca.experiments.pool import _worker_init, bare_main, finish, stop_server, worker_context
 
     todo = [(name, part, seed, peer, cfg) for name, part, seed, peer, cfg in p.peer_jobs
             if not peer_path(root, name, part, seed, peer).exists()]
@@ -220,8 +222,9 @@ def run_peers(p: BenchPlan, root: Path, workers: int) -> dict:
                 outcomes.append(err)
     else:
         pool = cf.ProcessPoolExecutor(max_workers=max(1, min(workers, len(args))),
-                                      mp_context=multiprocessing.get_context("spawn"),
+                                      mp_context=worker_context(),
                                       initializer=_worker_init, initargs=(1, False))
+        completed = False
         try:
             with bare_main():
                 futures = [pool.submit(_peer_job, *a) for a in args]
@@ -231,8 +234,11 @@ def run_peers(p: BenchPlan, root: Path, workers: int) -> dict:
                         outcomes.append(f.result())
                     except Exception as err:  # noqa: BLE001
                         outcomes.append(err)
+            completed = True
         finally:
-            _stop_workers(pool)
+            finish(pool, completed)
+            if not completed:  # stopped: the fork server goes too (pool.stop_server)
+                stop_server()
     for job, res in zip(todo, outcomes):
         if isinstance(res, Exception):
             failed.append({"file": job[0], "partition": job[1], "seed": job[2], "peer": job[3],

@@ -1,13 +1,13 @@
 """The local executor: a sweep's runs in a pool of worker processes on this machine, one fresh process per run
-(one torch thread, single-threaded BLAS, as ``fedgca run``), robust to a worker that dies."""
+(one torch thread, single-threaded BLAS, as ``fedgca run``), forked warm (``pool.worker_context``), robust to a
+worker that dies."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import multiprocessing
 from pathlib import Path
 
 from fedgca.experiments.ledger import Ledger
-from fedgca.experiments.pool import _stop_workers, _worker_init
+from fedgca.experiments.pool import _worker_init, finish, worker_context
 from fedgca.rundir import SUMMARY
 
 DIED = "worker process died (killed, out of memory, or could not start)"
@@ -24,7 +24,7 @@ def run_all(jobs: list[tuple], execute, on_result, *, workers: int, verbose: boo
     # One thread per run, as `fedgca run` uses: a second thread bought ~6 % alone, and a sweep that took
     # cores // workers threads beside other load (another sweep) ran ~5× slower.
     threads = 1
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     pending, suspects = list(jobs), []
     while pending or suspects:
         # A worker that dies (killed, out of memory) breaks the whole pool. Runs that had not started are
@@ -38,6 +38,7 @@ def run_all(jobs: list[tuple], execute, on_result, *, workers: int, verbose: boo
         broken: list[tuple] = []
         pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
                                       initializer=_worker_init, initargs=(threads, verbose))
+        completed = False
         try:
             futures = {pool.submit(execute, *job[2]): job for job in batch}
             for fut in cf.as_completed(futures):
@@ -48,11 +49,12 @@ def run_all(jobs: list[tuple], execute, on_result, *, workers: int, verbose: boo
                     broken.append(job)
                     continue
                 on_result(job[0], res)
+            completed = not broken
         finally:
-            # Also when every run is done: the pool replaces each worker after its run, so replacements are
-            # still importing torch here. `shutdown(wait=True)` waited seconds for them, and a SIGTERM during
-            # that wait left them orphaned (each printed a SemLock traceback); stopping them now does neither.
-            _stop_workers(pool)
+            # The pool replaces each worker after its run. Forked warm, the replacements are up at once and exit
+            # cleanly; fresh interpreters would still be importing torch, and a SIGTERM while waiting for them left
+            # them orphaned (each printed a SemLock traceback): those, and every pool that stops early, are stopped.
+            finish(pool, completed, replaces=True)
         started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
         if broken and not started:  # the pool broke before any run started: do not loop forever
             started = {job[0].key() for job in broken}

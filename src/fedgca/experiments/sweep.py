@@ -46,7 +46,7 @@ from fedgca.config import ADDED_LATER, RunConfig
 from fedgca.data.source import source_for
 from fedgca.experiments import cost
 from fedgca.experiments.ledger import Ledger, lock
-from fedgca.experiments.pool import bare_main
+from fedgca.experiments.pool import bare_main, stop_server
 from fedgca.experiments.sweep_spec import OWN_DATA_KEYS, SweepSpec, canonical, load_spec, parse_spec
 from fedgca.rundir import CHECKPOINT, SUMMARY
 
@@ -319,6 +319,7 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
             with bare_main():  # the pool's workers, and their replacements, never re-run the caller's script
                 local_executor.run_all(jobs, execute, on_result, workers=workers, verbose=verbose, ledger=ledger)
     except KeyboardInterrupt as stop:
+        stop_server()
         raise SweepStopped(
             f"sweep {root} stopped ({stop if isinstance(stop, SweepStopped) else 'interrupted'}) after "
             f"{result['finished']} of {len(todo)} run(s) finished; run the same command again to resume "

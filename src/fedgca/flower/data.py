@@ -11,7 +11,10 @@ Two sources:
   :mod:`fedgca.flower.owndata`).
 
 ``client-id`` (optional) overrides the client's global id, which keys every
-random draw (``fedgca.seeding``); it defaults to ``partition-id``.
+random draw (``fedgca.seeding``); it defaults to ``partition-id``. ``site-index``
+(optional, own data under the per-site test split) is the site's place among
+all the federation's site files, which keys its test-set draw as in the
+simulator; it defaults to the client id (the same when no site was dropped).
 """
 from __future__ import annotations
 
@@ -172,7 +175,8 @@ def csv_split(cfg: RunConfig, node_config: dict, client_id: int):
     if schema.test_split == "per-site":
         from fedgca.data.prepare import site_split
 
-        tr, ev = site_split(labels, schema, cfg.seed, client_id, f"node {client_id}")
+        site = int(node_config.get("site-index", client_id))  # the site's place among all files (own_data_nodes)
+        tr, ev = site_split(labels, schema, cfg.seed, site, f"node {client_id}")
     else:
         tr, ev = eval_split(len(X), schema.eval_fraction, cfg.seed, client_id)
     y = schema.is_anomaly(labels).to_numpy().astype(np.int64)

@@ -10,22 +10,35 @@ from fedgca import rundir
 
 
 class Recorder:
-    """The server's files. Without an out-dir it only keeps things in memory."""
+    """The server's files. Without an out-dir it only keeps things in memory.
+
+    Nothing touches the disk until :meth:`open` (the ServerApp calls it once the clients are registered): a run
+    refused at registration leaves no directory. What happened before is written then, in order."""
 
     def __init__(self, out_dir: str):
         self.out = Path(out_dir) if out_dir else None
-        if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
-            for name in ("messages.jsonl", "rounds.jsonl"):
-                (self.out / name).write_text("")
+        self.opened = False
         self.messages: list[dict] = []
         self.rounds: list[dict] = []
-        self._metrics = rundir.MetricsWriter(self.out) if self.out is not None else None
+        self._held: dict[str, str] = {}  # files written before open(), by name
+        self._metrics = None
+
+    def open(self) -> None:
+        if self.out is None or self.opened:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        for name, entries in (("messages.jsonl", self.messages), ("rounds.jsonl", self.rounds)):
+            (self.out / name).write_text("".join(_line(e) for e in entries))
+        self._metrics = rundir.MetricsWriter(self.out)
+        self.opened = True
+        for name, text in self._held.items():
+            self.write_text(name, text)
+        self._held.clear()
 
     def _append(self, name: str, entry: dict) -> None:
-        if self.out is not None:
+        if self.opened:
             with (self.out / name).open("a") as f:
-                f.write(json.dumps(entry, default=_jsonable) + "\n")
+                f.write(_line(entry))
 
     def message(self, entry: dict) -> None:
         self.messages.append(entry)
@@ -36,12 +49,23 @@ class Recorder:
         self._append("rounds.jsonl", entry)
 
     def write(self, name: str, value) -> None:
-        if self.out is not None:
-            rundir.atomic_write_text(self.out / name, json.dumps(value, indent=2, default=_jsonable), durable=False)
+        self.write_text(name, json.dumps(value, indent=2, default=_jsonable))
+
+    def write_text(self, name: str, text: str) -> None:
+        if self.out is None:
+            return
+        if not self.opened:
+            self._held[name] = text
+            return
+        rundir.atomic_write_text(self.out / name, text, durable=False)
 
     def metrics_csv(self, rows: list[dict]) -> None:
         if self._metrics is not None:
             self._metrics.write(rows)
+
+
+def _line(entry: dict) -> str:
+    return json.dumps(entry, default=_jsonable) + "\n"
 
 
 def _jsonable(x):

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from flwr.serverapp import Grid
 
-from fedgca import methods, privacy, seeding
+from fedgca import methods, privacy, rundir, runrecord, seeding
 from fedgca.config import RunConfig
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.records import (
@@ -201,8 +201,9 @@ def run_baseline(server: FlowerServer) -> dict:
     return extra
 
 
-def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions) -> dict:
-    """Register the clients, run the rounds, write the files; returns the summary."""
+def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions, data=None) -> dict:
+    """Register the clients, run the rounds, write the files; returns the summary. Nothing is written before the
+    clients are registered, so a run refused at registration leaves no file. ``data``: see ``make_server_app``."""
     if not cfg.spec.flower:
         raise ValueError(f"method {cfg.method!r} does not run on Flower ({', '.join(methods.names(flower=True))} do)")
     if cfg.paper_phase == "local":
@@ -215,10 +216,16 @@ def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions) -> dict:
                          "a threshold set on the protected training rows would leave the client unaccounted")
     t0 = time.perf_counter()
     server = FlowerServer(grid, cfg, opts)
-    server.rec.write("config.json", {**cfg.to_dict(), "flower": opts.__dict__})
     server.register()
+    server.rec.open()
+    server.rec.write("config.json", {**cfg.to_dict(), "flower": opts.__dict__})
     loop = {"gca": run_gca, "single-site": run_single}.get(cfg.spec.family, run_baseline)
     extra = loop(server)
+    if data is not None:
+        extra = {"data": runrecord.data_record(cfg, data), **(extra or {})}
+        test_rows = runrecord.test_rows_text(data)
+        if test_rows is not None:
+            server.rec.write_text(rundir.TEST_ROWS, test_rows)
     summary = server.summary(time.perf_counter() - t0, extra)
     server.rec.write("summary.json", summary)
     server.summary_ = summary

@@ -15,12 +15,13 @@ from fedgca.flower.config import parse_run_config
 from fedgca.flower.rounds import run_server
 
 
-def make_server_app(defaults: dict | None = None) -> ServerApp:
+def make_server_app(defaults: dict | None = None, data=None) -> ServerApp:
     """A ServerApp whose run config is ``defaults`` overridden by the context's run config.
 
     ``flwr run`` passes the app project's config; Python entry points
     (``flwr.simulation.run_simulation``, the in-process engine) pass theirs
-    as ``defaults``.
+    as ``defaults``. ``data``: the bound dataset of a local simulation over own data — its summary ``data`` block
+    and test_rows.csv are written as the simulator writes them (a deployed server never holds it).
     """
     server_app = ServerApp()
 
@@ -28,7 +29,7 @@ def make_server_app(defaults: dict | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         _route_logs()
         cfg, opts = parse_run_config({**(defaults or {}), **dict(context.run_config)})
-        summary = run_server(grid, cfg, opts)
+        summary = run_server(grid, cfg, opts, data=data)
         context.state["fedgca.summary"] = _summary_record(summary)
 
     return server_app

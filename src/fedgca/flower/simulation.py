@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from fedgca.config import RunConfig
@@ -37,11 +38,15 @@ def node_configs(cfg: RunConfig, data_dir=None, extra: dict[int, dict] | None = 
     return out
 
 
-def own_data_nodes(source, out_dir) -> dict[int, dict]:
-    """Node configs for own data in a directory of per-site files: node i reads site file i (sites in the
-    order the simulator numbers them, sorted by name) with the run's schema, written to ``out_dir/schema.json``
-    (so a --test-split given on the command line reaches the nodes too)."""
+def own_data_nodes(source, out_dir, cfg: RunConfig | None = None, dataset=None) -> dict[int, dict]:
+    """Node configs for own data in a directory of per-site files: one node per client of the simulator's
+    federation — with ``cfg`` and ``dataset`` (bound), the sites the simulator keeps after ``--small-sites``, in its
+    client order; without them every site file — each reading its site's file with the run's schema, written to
+    ``out_dir/schema.json`` (so a --test-split given on the command line reaches the nodes too). ``site-index`` is the
+    site's place among all the files: the per-site test split draws with it, as the simulator does."""
+    from fedgca.data.partition import check_per_site
     from fedgca.data.readers import file_label, site_files
+    from fedgca.runrecord import client_sites
 
     path = Path(source.path or "")
     if not path.is_dir() or source.schema is None:
@@ -51,43 +56,64 @@ def own_data_nodes(source, out_dir) -> dict[int, dict]:
         raise ValueError(f"a Flower simulation over per-site files evaluates each node on its own site's rows; the "
                          f"schema's {source.schema.test_split!r} test split draws one test set from all sites, which "
                          "no node holds: add --test-split per-site (and `fedgca run` with it gives the same numbers)")
-    schema_path = Path(out_dir) / "schema.json"
-    schema_path.parent.mkdir(parents=True, exist_ok=True)
-    source.schema.save(schema_path)
+    if cfg is not None:
+        check_per_site(cfg.partition, cfg.small_sites, cfg.spec.pooled)  # the simulator's rule: client i is site i
     files = sorted(site_files(path), key=file_label)
     if source.schema.test_file:
         files = [f for f in files if f.name != source.schema.test_file]
-    return {i: {"data-path": str(f.resolve()), "schema-path": str(schema_path.resolve()), "client-id": i}
-            for i, f in enumerate(files)}
+    labels = [file_label(f) for f in files]
+    clients = (client_sites(cfg, dataset) if dataset is not None else None) or labels
+    schema_path = Path(out_dir) / "schema.json"
+    schema_path.parent.mkdir(parents=True, exist_ok=True)
+    source.schema.save(schema_path)
+    return {i: {"data-path": str(files[labels.index(site)].resolve()), "schema-path": str(schema_path.resolve()),
+                "client-id": i, "site-index": labels.index(site)} for i, site in enumerate(clients)}
 
 
-def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=None,
+def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=None, source=None, dataset=None,
              node_extra: dict[int, dict] | None = None, client_app=None, **flower_options) -> dict:
     """Run ``cfg`` through the Flower apps locally; returns the summary (also in ``out_dir/summary.json``).
 
-    ``client_app``: another ClientApp to run on every node instead of fedgca's (e.g. fedgca's
-    handlers behind your own mods or wrappers).
+    ``source``/``dataset``: own data in a directory of per-site files (a :class:`~fedgca.data.DataSource` and its
+    bound dataset): one node per client of the simulator's federation (:func:`own_data_nodes`), and the summary's
+    ``data`` block as the simulator writes it. ``client_app``: another ClientApp to run on every node instead of
+    fedgca's (e.g. fedgca's handlers behind your own mods or wrappers).
+
+    Everything that can refuse the run is checked before anything is written; a run that fails before its clients
+    are registered leaves no directory it made.
     """
+    from fedgca import privacy
     from fedgca.flower.server_app import make_server_app
 
     if client_app is None:
         from fedgca.flower.client_app import app as client_app
 
     cfg = cfg.resolved()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    run_config = to_run_config(cfg, out_dir=str(out.resolve()), **flower_options)
-    server_app = make_server_app(run_config)
-    if engine == "inprocess":
-        from fedgca.flower.inprocess import run_inprocess
-
-        run_inprocess(server_app, client_app, node_configs(cfg, data_dir, node_extra))
-    elif engine == "ray":
-        if node_extra:
-            raise ValueError("the Ray engine gives nodes only partition-id/num-partitions; use engine='inprocess'")
-        _run_ray(server_app, client_app, cfg, data_dir)
-    else:
+    if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    own = source is not None and not source.is_builtin
+    if own:
+        privacy.refuse_plain_statistics(cfg)  # the nodes fit the shared encoding from per-site statistics
+    if (own or node_extra) and engine == "ray":
+        raise ValueError("the Ray engine gives nodes only partition-id/num-partitions; use engine='inprocess'")
+    out = Path(out_dir)
+    made = not out.exists()
+    try:
+        if own:
+            node_extra = {i: {**nc, **(node_extra or {}).get(i, {})}
+                          for i, nc in own_data_nodes(source, out, cfg, dataset).items()}
+        run_config = to_run_config(cfg, out_dir=str(out.resolve()), **flower_options)
+        server_app = make_server_app(run_config, data=dataset if own else None)
+        if engine == "inprocess":
+            from fedgca.flower.inprocess import run_inprocess
+
+            run_inprocess(server_app, client_app, node_configs(cfg, data_dir, node_extra))
+        else:
+            _run_ray(server_app, client_app, cfg, data_dir)
+    except BaseException:
+        if made and out.is_dir() and not (out / "config.json").exists():  # refused before registration ended
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return json.loads((out / "summary.json").read_text())
 
 

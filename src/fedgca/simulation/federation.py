@@ -13,7 +13,7 @@ from fedgca.config import RunConfig
 from fedgca.data import DataError, DataSource
 from fedgca.data.dataset import FederatedDataset
 from fedgca.data.defaults import sites_below
-from fedgca.data.partition import partition_of, split_validation
+from fedgca.data.partition import check_per_site, partition_of, split_validation
 from fedgca.evaluation.metrics import few_threshold_rows
 from fedgca.models import build_model, init_model, param_count
 from fedgca.protocol import sampling
@@ -123,12 +123,7 @@ def build_federation(cfg: RunConfig, source: DataSource, dataset: FederatedDatas
         log.warning("%s", few)
     client_tests = None
     if dataset.test_sites is not None:  # client i is site i: the natural partition without dropped or merged sites
-        if cfg.spec.pooled:
-            raise ValueError("the per-site test split evaluates each site's own model on its own rows; "
-                             "Centralized trains one model on pooled rows: use another --test-split")
-        if cfg.partition != "natural" or cfg.small_sites == "merge":
-            raise ValueError("the per-site test split evaluates each site's client on its own rows: it needs "
-                             "--partition natural (small sites can be dropped, not merged: --small-sites drop)")
+        check_per_site(cfg.partition, cfg.small_sites, cfg.spec.pooled)
         client_tests = [(torch.as_tensor(dataset.test_x[dataset.test_sites == i], dtype=torch.float32, device=device),
                          dataset.test_y[dataset.test_sites == i]) for i in range(len(parts))]
     return Federation(

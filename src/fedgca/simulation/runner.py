@@ -80,7 +80,7 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
 
     bar = _progress(cfg, start_round, progress)
     metrics = rundir.MetricsWriter(out)
-    t0 = time.perf_counter()
+    t0 = _clock(broker)
     for r in range(start_round, cfg.rounds):
         part = fed.participants(r)
 
@@ -93,7 +93,7 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
         selected.offer(r, rows, method.deployed_clients())
         comm.append({"round": r, "bytes_up": record.bytes_up, "bytes_down": record.bytes_down,
                      "uploads": record.uploads, "participants": record.participants, **record.extra})
-        wall = wall_before + time.perf_counter() - t0
+        wall = wall_before + _own_seconds(t0, fed, broker)
         metrics.write(rows)
         rundir.save_checkpoint(out, {"clients": fed.clients.state_dict(), "method": method.state_dict(),
                                      "rows": rows, "comm": comm, "round": r, "wall": wall,
@@ -101,19 +101,31 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
         bar.done_round(r, rows[-1])
     bar.close()
 
-    wall = wall_before + time.perf_counter() - t0
+    wall = wall_before + _own_seconds(t0, fed, broker)
     summary = summarise(cfg, fed, method, rows, comm, wall)
     if k_note:
         summary["k_note"] = k_note
     names = save_client_detectors(out, fed, method, selected.deploy(method.deployed_clients(), cfg.rounds))
-    test_rows = fed.dataset.info.get("test_rows")
+    test_rows = runrecord.test_rows_text(fed.dataset)
     if test_rows is not None:
-        rundir.atomic_write_text(out / rundir.TEST_ROWS, "row\n" + "".join(f"{int(i)}\n" for i in test_rows))
+        rundir.atomic_write_text(out / rundir.TEST_ROWS, test_rows)
         names.append(rundir.TEST_ROWS)
     rundir.atomic_write_text(out / rundir.COMM, json.dumps(comm, indent=1))
     rundir.atomic_write_text(out / rundir.SUMMARY, json.dumps(summary, indent=2))
     rundir.record(out, rundir.METRICS, rundir.CLIENT_METRICS, rundir.COMM, *names, rundir.SUMMARY)
     return summary
+
+
+def _clock(broker) -> float:
+    """A run's clock: wall time alone; under the batched engine its thread's CPU time (its stack's other runs
+    share the process)."""
+    return time.perf_counter() if broker is None else time.thread_time()
+
+
+def _own_seconds(t0: float, fed: Federation, broker) -> float:
+    """Seconds since ``t0`` (``_clock``) that were this run's: under the batched engine, its own compute
+    (``EpochBroker.own_seconds``), not the time it waited for the other runs of its stack."""
+    return time.perf_counter() - t0 if broker is None else broker.own_seconds(fed.clients, time.thread_time() - t0)
 
 
 class _Selection:

@@ -16,6 +16,7 @@ launch-bound (docs/performance.md), it turns many small launches into few large 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,7 @@ class _Request:
     result: Tensor | None = None
     error: BaseException | None = None
     merged_with: int = 0  # how many runs shared its stacked epoch (1: alone)
+    share: float = 0.0  # seconds of the (stacked) epoch's compute that were this run's: its share of the clients
 
     def group_key(self):
         """Epochs with equal keys compute as one stacked epoch (None: never grouped)."""
@@ -66,6 +68,15 @@ class EpochBroker:
         self._live = int(self.runs)  # counted from the start, so that no run trains alone while others load
         self._pending: list[_Request] = []
         self._shard_cache: dict[tuple, ClientShards] = {}
+        # id(a run's StackedModels) → [CPU seconds its thread spent inside epochs, its shares of the epochs' compute]
+        self._spent: dict[int, list[float]] = {}
+
+    def own_seconds(self, clients: StackedModels, thread_cpu: float) -> float:
+        """A run's own compute time, given the CPU seconds its thread used (``time.thread_time``): what it computed
+        outside its epochs, plus its share of each (stacked) epoch — not the time it waited for the other runs of
+        the stack, nor the stacked epochs its thread happened to compute for all of them."""
+        inside, share = self._spent.get(id(clients), (0.0, 0.0))
+        return max(0.0, thread_cpu - inside) + share
 
     def attach(self, clients: StackedModels) -> None:
         """A run's models: their epochs come to this broker from now on."""
@@ -88,6 +99,7 @@ class EpochBroker:
     # ---- the epoch: called by loop.run_epoch in a run's thread ----
     def epoch(self, clients, shards, rngs, batch_size, loss_fn, keys, participating) -> Tensor:
         req = _Request(clients, shards, list(rngs), int(batch_size), loss_fn, tuple(keys), participating)
+        cpu_in = time.thread_time()
         with self._cv:
             self._pending.append(req)
             batch = self._take_if_ready()
@@ -96,6 +108,9 @@ class EpochBroker:
         with self._cv:
             while not req.done:
                 self._cv.wait()
+            spent = self._spent.setdefault(id(clients), [0.0, 0.0])
+            spent[0] += time.thread_time() - cpu_in
+            spent[1] += req.share
         if req.error is not None:
             raise req.error
         return req.result
@@ -128,6 +143,15 @@ class EpochBroker:
         return out + ([cur] if cur else [])
 
     def _run_group(self, reqs: list[_Request]) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._compute_group(reqs)
+        finally:
+            seconds, clients = time.perf_counter() - t0, sum(r.clients.num_clients for r in reqs)
+            for r in reqs:
+                r.share = seconds * r.clients.num_clients / clients
+
+    def _compute_group(self, reqs: list[_Request]) -> None:
         self.stats["epochs"] += len(reqs)
         if len(reqs) == 1:
             req = reqs[0]
