@@ -20,7 +20,7 @@ achieved / sgemm.
 
 Side by side in the same run: the same GCA round's training epochs as a plain per-client loop with
 PyTorch's fused Adam (``torch.optim.Adam(fused=True)``), and (magic only) the Flower simulation engine's
-wall time per round on the same config (``fedgca.flower.bench``'s in-process engine, 2 rounds).
+wall time per round on the same config (``bench_flower_engines.py``'s in-process engine, 2 rounds).
 Compare ratios and percentages, not seconds: the machine is shared; the load average is printed.
 """
 from __future__ import annotations
@@ -152,7 +152,7 @@ def bench(name: str, data_dir) -> dict:
 
 def flower_per_round(data_dir) -> tuple[float, float]:
     """(simulator, Flower in-process engine) seconds per GCA round on the magic preset, 2 rounds each."""
-    from fedgca.flower.bench import _flower, _sim
+    from bench_flower_engines import _flower, _sim
 
     cfg = RunConfig(dataset="magic", rounds=2, seed=100)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
 """A fixed bench through the local pool, its workers forked warm against fresh interpreters, side by side.
 
     .venv/bin/python benchmarks/bench_warm_pool.py [--data-dir ../shared/data] [--files N] [--workers 2]
-                                                   [--methods ...] [--modes spawn,forkserver]
+                                                   [--methods ...] [--modes spawn,forkserver] [--part bench,compare]
 
 The bench: the ADBench files in ``DATA/adbench`` (25 of them; ``--files N`` the first N) × the bench's default
 methods × seed 100, IID, with the default peers — ``fedgca bench`` as a user runs it, once per mode, each in a fresh
@@ -15,8 +15,11 @@ Printed per mode: wall time, the protocol TFLOP of its runs (``experiments/cost.
 machine's sgemm rate (one thread, measured in this run, × the workers), and where the time went: the runs' own
 seconds (summary ``wall_seconds``: training, evaluation, clustering, checkpoints), the peers' fits, and the rest
 (process start, imports, reading the file, writing the run directory). Then whether every run's metrics.csv,
-metrics_clients.csv, comm.json and per-client detector files are byte-identical between the modes. Compare ratios:
-the machine is shared; the load average is printed before and after each mode.
+metrics_clients.csv, comm.json and per-client detector files are byte-identical between the modes.
+
+Then ``compare`` with small runs (academic, 4 methods × 6 seeds, R = 2: a second each), the same two modes: what a
+researcher iterating on a grid sees. Compare ratios: the machine is shared; the load average is printed before and
+after each mode.
 """
 from __future__ import annotations
 
@@ -61,6 +64,18 @@ def run_mode(mode: str, files: list[Path], out: Path, workers: int, methods: str
             "warning": "leaked semaphore" in proc.stderr}
 
 
+def time_compare(mode: str, data_dir: str, out: Path, workers: int) -> tuple[float, int]:
+    """(wall seconds, runs) of a small `fedgca compare` in ``mode``."""
+    cmd = [sys.executable, "-m", "fedgca.cli.main", "compare", "--dataset", "academic", "--data-dir", data_dir,
+           "--methods", "single,fedavg,fedprox,gca", "--seeds", "1,2,3,4,5,6", "--rounds", "2", "--workers",
+           str(workers), "--out", str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env={**os.environ, START_ENV: mode}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode}: fedgca compare failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - t0, len(list((out / "runs").glob("*/summary.json")))
+
+
 def identical(a: Path, b: Path) -> tuple[int, int, list[str]]:
     """(runs compared, runs whose every compared file is byte-identical, the files that differ)."""
     differ, n, same = [], 0, 0
@@ -79,7 +94,25 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--methods", default=",".join(bench.DEFAULT_METHODS))
     ap.add_argument("--modes", default=",".join(reversed(START_METHODS)))
+    ap.add_argument("--part", default="bench,compare", help="bench, compare, or both")
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    if "bench" in args.part:
+        bench_part(args, modes)
+    if "compare" in args.part:
+        with tempfile.TemporaryDirectory(prefix="fedgca-warm-compare-") as tmp:
+            walls = {}
+            for mode in modes:
+                before = _load()
+                walls[mode], n = time_compare(mode, args.data_dir, Path(tmp) / mode, args.workers)
+                print(f"compare, {n} small runs (academic, R = 2), {mode:>10}: {walls[mode]:6.1f} s wall | load "
+                      f"{before} → {_load()}")
+            if len(modes) == 2:
+                print(f"speed-up {modes[1]} / {modes[0]}: {walls[modes[0]] / walls[modes[1]]:.2f}×")
+    return 0
+
+
+def bench_part(args, modes: list[str]) -> None:
     files, _ = bench.discover([Path(args.data_dir) / "adbench"])
     files = files[: args.files] if args.files else files
     plan = bench.plan(files, methods=tuple(args.methods.split(",")), seeds=(100,))
@@ -91,7 +124,7 @@ def main() -> int:
     print(f"# sgemm, 1 thread: {sgemm:.1f} GFLOP/s; roofline of {args.workers} workers: {sgemm * args.workers:.1f}")
     results = {}
     with tempfile.TemporaryDirectory(prefix="fedgca-warm-pool-") as tmp:
-        for mode in args.modes.split(","):
+        for mode in modes:
             results[mode] = r = run_mode(mode, files, Path(tmp) / mode, args.workers, args.methods)
             rate = tflop * 1e3 / r["wall"]
             rest = r["wall"] * args.workers - r["run_seconds"] - r["peer_seconds"]
@@ -106,7 +139,6 @@ def main() -> int:
             n, same, differ = identical(Path(tmp) / modes[0], Path(tmp) / modes[1])
             print(f"byte-identical runs ({', '.join(COMPARED)}, clients/*): {same} of {n}"
                   + (f"; differ: {', '.join(differ[:5])}" if differ else ""))
-    return 0
 
 
 if __name__ == "__main__":

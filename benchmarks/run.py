@@ -15,14 +15,17 @@
 9. ``bench_stacking.py``  — what stacking 3 seeds into one computation could buy (per-seed cost, S = 1 vs 3);
 10. ``bench_gmm_warm.py`` — ``--gmm-warm-start`` vs scikit-learn's fresh fit on a real run's codes;
 11. ``bench_training_step.py`` — training epochs, the hand-written backward pass vs autograd (bit-identical);
-12. ``fedgca.flower.bench`` — seconds per GCA round, fedgca's simulator vs the Flower apps;
+12. ``bench_flower_engines.py`` — seconds per GCA round, fedgca's simulator vs the Flower apps;
 13. ``bench_flower_deploy.py`` — a loopback deployment: fedgca GCA per exchange vs a no-op Flower app;
 14. ``bench_loader.py``   — own data: loading a 1M × 30 CSV (read → split → encode → standardise → partition)
                             beside pandas' pyarrow read alone, time and peak memory;
 15. ``bench_ray.py``      — the same small sweep through the local process pool and the Ray executor (needs
                             fedgca[ray] and the data; Ray's start-up reported apart);
 16. ``bench_throughput.py`` — runs per hour of the paper's tabular grid: one core, all cores, the batched engine,
-                            and the GPU (one run; the batched engine) where there is one.
+                            and the GPU (one run; the batched engine) where there is one;
+17. ``bench_warm_pool.py`` — the 25-file ADBench bench and a small compare through the local pool, workers forked
+                            warm vs fresh interpreters (wall time, GFLOP/s against sgemm, byte identity; needs the
+                            data).
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -60,11 +63,12 @@ def main() -> int:
         [str(HERE / "bench_throughput.py"), *data, *(["--datasets", "academic", "--rounds", "1"] if args.quick else [])],
     ]
     if not args.quick:
-        jobs.append(["-m", "fedgca.flower.bench", *data, "--rounds", "3", "--engines", "sim,inprocess"])
+        jobs.append([str(HERE / "bench_flower_engines.py"), *data, "--rounds", "3", "--engines", "sim,inprocess"])
         if args.data_dir:  # the deployment's nodes read their partitions from the data directory
             jobs.append([str(HERE / "bench_flower_deploy.py"), *data])
     if args.data_dir:
         jobs.append([str(HERE / "bench_ray.py"), *data, *(["--repeat", "1"] if args.quick else [])])
+        jobs.append([str(HERE / "bench_warm_pool.py"), *data, *(["--files", "3"] if args.quick else [])])
     failed = 0
     for job in jobs:
         print(f"\n=== {' '.join(Path(j).name if j.endswith('.py') else j for j in job)}", flush=True)

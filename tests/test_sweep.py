@@ -274,3 +274,24 @@ def test_killed_sweep_resumes_with_each_run_exactly_once(tmp_path, data_dir):
     # A third invocation has nothing to do.
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "3 already done" in again.stderr
+
+
+def test_the_keys_of_committed_runs_do_not_change():
+    """A run's key names its directory, so a changed key orphans every committed run: each run directory committed
+    under docs/results is still named by the key its config gives (60 runs, the paper's presets among them), and
+    an option added later (`_later` on its field) leaves the keys of runs without it as they were."""
+    import dataclasses
+    from pathlib import Path
+
+    from fedgca.config import ADDED_LATER
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "results"
+    runs = sorted(root.glob("**/runs/*/config.json"))
+    assert len(runs) >= 60
+    for path in runs:
+        cfg = RunConfig.from_dict(json.loads(path.read_text()))
+        assert sweep.canonical(cfg).key() == path.parent.name, path
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    assert ADDED_LATER and all(defaults[k] == v for k, v in ADDED_LATER.items())
+    assert RunConfig("magic", method="gca", seed=100).key() == RunConfig("magic", method="gca", seed=100,
+                                                                         small_sites="error").key()

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from fedgca import devices, methods
 from fedgca.data import VISION, registry
 from fedgca.data.partition import SMALL_SITES
+from fedgca.protocol.clustering.base import BACKEND_NAMES
 from fedgca.protocol.fedprox import effective_coefficient
 
 # SPEC §4 table: (clients C, K*, upload fraction ρ) per dataset.
 DATASET_PRESETS: dict[str, dict] = {s.name: s.presets for s in registry.REGISTRY.values()}  # (data.registry)
 METHODS = methods.names()  # the registry's, in the paper's table order
-BACKENDS = ("gmm", "kmeans", "softkmeans", "minibatch")
+BACKENDS = BACKEND_NAMES  # (fedgca.protocol.clustering.base: the factory's names too)
 WEIGHTINGS = ("inverse", "uniform")
 PARTITIONS = ("iid", "dirichlet", "natural")  # Flower Datasets' names: IID, Dirichlet, natural-id (one per site)
 BASELINE_EVALS = ("global", "local")
@@ -36,10 +37,18 @@ K_GRID = (10, 20, 40, 80)
 SEEDS = (100, 200, 300)
 
 
-def _opt(default, help: str, *, choices=None, preset: str | None = None, derived: bool = False):
+def _opt(default, help: str, *, choices=None, preset: str | None = None, derived: bool = False,
+         added_later: bool = False):
     """A RunConfig field with its CLI help (``preset``: what None stands for, e.g. the dataset's SPEC preset;
-    ``derived``: set by fedgca from other input, never typed — no CLI option)."""
-    return field(default=default, metadata={"help": help, "choices": choices, "preset": preset, "derived": derived})
+    ``derived``: set by fedgca from other input, never typed — no CLI option; ``added_later``: see ``_later``)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "preset": preset, "derived": derived,
+                                            "added_later": added_later})
+
+
+def _later(default, help: str, **kw):
+    """A field added after runs were published: it enters a run's key only when it differs from its default (the
+    value that reproduces those runs), so adding an option never renames the runs made before it."""
+    return _opt(default, help, added_later=True, **kw)
 
 
 @dataclass
@@ -68,21 +77,21 @@ class RunConfig:
     w_max: float = _opt(6.0, "cap w_max > 0 of the inverse-support weights")
     weight_eps: float = _opt(1e-6, "ε > 0 of the inverse-support weights")
     partition: str = _opt("iid", "client partition (natural: one client per site)", choices=PARTITIONS)
-    small_sites: str = _opt("error", "natural partition: a site with fewer training normals than one batch is an "
+    small_sites: str = _later("error", "natural partition: a site with fewer training normals than one batch is an "
                             "error, dropped, or merged with the other small sites into one client", choices=SMALL_SITES)
     alpha: float = _opt(0.1, "Dirichlet concentration α > 0 (--partition dirichlet)")
     quantile: float = _opt(0.75, "detection threshold: this quantile ∈ (0, 1) of a client's training scores")
     val_fraction: float = _opt(0.0, "validation split ∈ [0, 1) of each client's normals (honest 'selected' round)")
-    threshold: str = _opt("train-quantile", "where τ's quantile is taken: each client's training rows (the paper) "
+    threshold: str = _later("train-quantile", "where τ's quantile is taken: each client's training rows (the paper) "
                           "or its validation rows (needs --val-fraction > 0)", choices=THRESHOLDS)
-    eval_recon_epochs: bool = _opt(True, "GCA: evaluate after every reconstruction epoch (the paper's evaluation "
+    eval_recon_epochs: bool = _later(True, "GCA: evaluate after every reconstruction epoch (the paper's evaluation "
                                    "points, for its peak statistic); off: once per round, as the baselines")
     eval_align_epochs: bool = _opt(False, "also evaluate after each alignment epoch (diagnostic)")
-    eval_align_clients: str = _opt("all", "with --eval-align-epochs: evaluate every client after each alignment "
+    eval_align_clients: str = _later("all", "with --eval-align-epochs: evaluate every client after each alignment "
                                    f"epoch, or only client {ABLATION_CLIENT}, the weighting ablation's fixed client "
                                    "(the paper's statistic needs no other; C× less scoring)",
                                    choices=EVAL_ALIGN_CLIENTS)
-    gmm_warm_start: bool = _opt(False, "GCA-GMM: start each round's EM at the previous round's broadcast "
+    gmm_warm_start: bool = _later(False, "GCA-GMM: start each round's EM at the previous round's broadcast "
                                 "centroids (a fresh k-means++ start in round 1 and whenever the number of "
                                 "components changes); off = the paper's fresh fit every round. On magic it "
                                 "needed more EM iterations, not fewer (docs/results/bench_gmm_warm.txt)")
@@ -92,21 +101,21 @@ class RunConfig:
     dp_sigma: float = _opt(1.0, "DP-FedAvg noise multiplier σ ≥ 0")
     dp_delta: float = _opt(1e-5, "δ ∈ (0, 1) of the reported ε (DP-FedAvg, DP-GCA, DP-SGD-FedAvg)")
     # Protocol variants of the parameter-sharing baselines (defaults: the paper's text).
-    baseline_eval: str = _opt("global", "parameter sharing: evaluate the global model after aggregation (the "
+    baseline_eval: str = _later("global", "parameter sharing: evaluate the global model after aggregation (the "
                               "paper's text) or each client's model after local training, before aggregation",
                               choices=BASELINE_EVALS)
-    optimizer_state: str = _opt("keep", "parameter sharing: clients keep Adam's state across rounds, or start "
+    optimizer_state: str = _later("keep", "parameter sharing: clients keep Adam's state across rounds, or start "
                                 "each round with a fresh Adam", choices=OPTIMIZER_STATES)
-    eval_local_epochs: bool = _opt(False, "parameter sharing, diagnostic: also evaluate the clients' local models "
+    eval_local_epochs: bool = _later(False, "parameter sharing, diagnostic: also evaluate the clients' local models "
                                    "after every local epoch (rows of phase local-epoch; the simulator only)")
     # Record-level DP (DP-GCA, DP-SGD-FedAvg; docs/DP.md).
-    dp_grad_clip: float = _opt(1.0, "DP-SGD per-example gradient clipping norm S_g > 0")
-    dp_grad_sigma: float = _opt(1.0, "DP-SGD noise multiplier σ_g ≥ 0 (ignored with --target-epsilon)")
-    dp_code_clip: float = _opt(1.0, "DP-GCA code clipping norm C_z > 0")
-    dp_code_sigma: float = _opt(1.0, "DP-GCA code noise multiplier σ_z ≥ 0 (ignored with --target-epsilon)")
-    target_epsilon: float | None = _opt(None, "record-level ε to calibrate σ_g = σ_z to, at --dp-delta",
+    dp_grad_clip: float = _later(1.0, "DP-SGD per-example gradient clipping norm S_g > 0")
+    dp_grad_sigma: float = _later(1.0, "DP-SGD noise multiplier σ_g ≥ 0 (ignored with --target-epsilon)")
+    dp_code_clip: float = _later(1.0, "DP-GCA code clipping norm C_z > 0")
+    dp_code_sigma: float = _later(1.0, "DP-GCA code noise multiplier σ_z ≥ 0 (ignored with --target-epsilon)")
+    target_epsilon: float | None = _later(None, "record-level ε to calibrate σ_g = σ_z to, at --dp-delta",
                                         preset="use the σ's as given")
-    dp_stats_sigma: float | None = _opt(None, "own data fitted from per-site statistics: release each site's column "
+    dp_stats_sigma: float | None = _later(None, "own data fitted from per-site statistics: release each site's column "
                                         "sums and sums of squares over the schema's public ranges with Gaussian "
                                         "noise σ_s·√d, accounted in ε (docs/DP.md); the σ_z of a target ε is "
                                         "calibrated to what they leave", preset="the statistics are not released "
@@ -116,7 +125,7 @@ class RunConfig:
                        "seeded draws are made on the CPU on every device, so results agree across devices to "
                        "floating-point tolerance")
     # Own data: the content's identity (data bytes, schema, test file), set when fedgca reads --data; no path.
-    data_digest: str | None = _opt(None, "own data's content digest (set from --data; resume checks it)",
+    data_digest: str | None = _later(None, "own data's content digest (set from --data; resume checks it)",
                                    preset="a built-in dataset", derived=True)
 
     def resolved(self) -> "RunConfig":
@@ -266,12 +275,8 @@ class RunConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
-# Options added after runs were committed, with the default that reproduces those runs.
-ADDED_LATER = {"baseline_eval": "global", "optimizer_state": "keep", "threshold": "train-quantile",
-               "dp_grad_clip": 1.0, "dp_grad_sigma": 1.0, "dp_code_clip": 1.0, "dp_code_sigma": 1.0,
-               "target_epsilon": None, "gmm_warm_start": False, "eval_align_clients": "all",
-               "small_sites": "error", "data_digest": None, "eval_local_epochs": False, "eval_recon_epochs": True,
-               "dp_stats_sigma": None}
+# Options added after runs were committed (``_later`` on the field), with the default that reproduces those runs.
+ADDED_LATER = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.metadata.get("added_later")}
 
 
 # Fields that say where a run computes, not what: kept out of its key.

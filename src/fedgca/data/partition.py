@@ -286,6 +286,12 @@ def partition_of(cfg, dataset) -> list[np.ndarray]:
     return partition_rows(cfg, dataset.train, dataset.sites, dataset.site_names, natural=natural)
 
 
+def client_splits(cfg, dataset) -> tuple[list, list]:
+    """Each client's training rows and validation rows: the run's partition, then each part's validation share —
+    the one rule the simulator, a Flower node, the bench's peers and the FLOP count split clients by."""
+    return split_validation(partition_of(cfg, dataset), cfg.val_fraction, cfg.seed)
+
+
 def split_validation(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list, list]:
     """Hold out ⌊fraction·N_i⌋ rows of each shard before training (and before any upload)."""
     train, val = [], []

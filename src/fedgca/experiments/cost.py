@@ -83,11 +83,11 @@ def run_flops(cfg: RunConfig, s: Sizes) -> float:
 def sizes(cfg: RunConfig, source) -> Sizes:
     """A run's sizes on ``source`` (its :class:`~fedgca.data.DataSource`): the dataset's (loaded once per source)
     and its realised partition's."""
-    from fedgca.data.partition import partition_rows, split_validation
+    from fedgca.data.partition import client_splits
 
     cfg = cfg.resolved()
-    train, sites, n_test, (forward, encoder_forward) = _dataset(source.cache_key, source)
-    parts, val = split_validation(partition_rows(cfg, train, *sites), cfg.val_fraction, cfg.seed)
+    ds, n_test, (forward, encoder_forward) = _dataset(source.cache_key, source)
+    parts, val = client_splits(cfg, ds)
     return Sizes(clients=cfg.clients, train_rows=sum(len(p) for p in parts), val_rows=sum(len(v) for v in val),
                  test_rows=n_test, forward=forward, encoder_forward=encoder_forward,
                  fixed_rows=len(parts[ABLATION_CLIENT]), fixed_val_rows=len(val[ABLATION_CLIENT]))
@@ -103,8 +103,7 @@ def _dataset(key: tuple, source):
     from fedgca.models import build_model, forward_cost
 
     ds = source.load()
-    _DATASETS[key] = out = (ds.train, (ds.sites, ds.site_names), len(ds.test_x),
-                            forward_cost(build_model(ds.input_shape), ds.input_shape))
+    _DATASETS[key] = out = (ds, len(ds.test_x), forward_cost(build_model(ds.input_shape), ds.input_shape))
     return out
 
 

@@ -3,7 +3,7 @@ clients' training normals of a run's split, scored on the same test rows by fedg
 
 ``pip install 'fedgca[peers]'`` (PyOD). Each peer is one entry of :data:`PEERS`: a label and a factory of a
 PyOD detector given the seed. The split is the run's own: the same test set (``DataSource.load(seed)``), and
-the training rows of every client after its validation share (``partition_rows`` + ``split_validation``), so
+the training rows of every client after its validation share (``fedgca.data.partition.client_splits``), so
 a peer sees exactly the rows the federation trained on, pooled.
 """
 from __future__ import annotations
@@ -89,10 +89,9 @@ def check(names) -> list[str]:
 
 def pooled_split(cfg, dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pooled training normals, test rows, test labels) of run config ``cfg`` on its loaded dataset."""
-    from fedgca.data.partition import partition_of, split_validation
+    from fedgca.data.partition import client_splits
 
-    parts, _ = split_validation(partition_of(cfg, dataset),
-                                cfg.val_fraction, cfg.seed)
+    parts, _ = client_splits(cfg, dataset)
     rows = np.sort(np.concatenate(parts))
     return dataset.train[rows], dataset.test_x, dataset.test_y
 

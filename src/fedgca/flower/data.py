@@ -81,7 +81,7 @@ def _cached(key, build):
 def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
     """Partition ``partition-id`` of ``num-partitions`` of a built-in dataset, as the simulator splits it."""
     from fedgca.data import load_dataset
-    from fedgca.data.partition import partition_of, split_validation
+    from fedgca.data.partition import client_splits
 
     pid, n_parts = int(node_config["partition-id"]), int(node_config.get("num-partitions", 0))
     if n_parts != cfg.clients:
@@ -95,8 +95,7 @@ def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
 
     def build():
         ds = load_dataset(cfg.dataset, data_dir, seed=cfg.seed)
-        parts, val = split_validation(partition_of(cfg, ds), cfg.val_fraction,
-                                      cfg.seed)
+        parts, val = client_splits(cfg, ds)
         return ds, parts, val
 
     def arrays():

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedgca.config import DATASET_PRESETS, K_GRID, METHODS, RunConfig
+from fedgca.config import BACKENDS, DATASET_PRESETS, K_GRID, METHODS, RunConfig
 from fedgca.reporting import tables
 
 log = logging.getLogger("fedgca")
@@ -31,7 +31,7 @@ PROTOCOL_TEXT = {
 }
 METRIC_TEXT = {"accuracy": "Accuracy (%)", "auroc": "AUROC (%)", "auprc": "AUPRC (%)"}
 BACKEND_LABELS = {"gmm": "GMM", "kmeans": "K-means", "softkmeans": "Soft K-means", "minibatch": "Mini-batch K-means"}
-BACKEND_ORDER = ("gmm", "kmeans", "softkmeans", "minibatch")
+BACKEND_ORDER = BACKENDS  # the paper's table order (config.BACKENDS)
 METHOD_ORDER = METHODS  # the registry's table order
 DATASET_ORDER = tuple(DATASET_PRESETS)
 
@@ -127,7 +127,8 @@ def setting_of(cfg: RunConfig) -> tuple:
     return tuple(values)
 
 
-def partition_of(cfg: RunConfig) -> str:
+def partition_label(cfg: RunConfig) -> str:
+    """A run's partition as a table names it (Dirichlet with its α); not data.partition.partition_of's rows."""
     return f"dirichlet(alpha={cfg.alpha:g})" if cfg.partition == "dirichlet" else cfg.partition
 
 
@@ -172,7 +173,7 @@ def group_runs(runs: list[Run]) -> dict[tuple, list[Group]]:
     for run in runs:
         c = run.config
         gca = c.method == "gca"
-        gkey = (c.dataset, c.method, partition_of(c), variant_of(c), c.backend if gca else None,
+        gkey = (c.dataset, c.method, partition_label(c), variant_of(c), c.backend if gca else None,
                 c.weights if gca else None, c.k if gca else None)
         grp = by[setting_of(c)].setdefault(gkey, Group(*gkey))
         grp.runs.append(run)

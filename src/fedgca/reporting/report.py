@@ -62,7 +62,6 @@ from fedgca.reporting.groups import (  # noqa: F401 — the report's vocabulary,
     k_star,
     load_attacks,
     load_runs,
-    partition_of,
     setting_of,
     variant_of,
 )

@@ -13,7 +13,7 @@ from fedgca.config import RunConfig
 from fedgca.data import DataError, DataSource
 from fedgca.data.dataset import FederatedDataset
 from fedgca.data.defaults import sites_below
-from fedgca.data.partition import check_per_site, partition_of, split_validation
+from fedgca.data.partition import check_per_site, client_splits
 from fedgca.evaluation.metrics import few_threshold_rows
 from fedgca.models import build_model, init_model, param_count
 from fedgca.protocol import sampling
@@ -109,8 +109,7 @@ def build_federation(cfg: RunConfig, source: DataSource, dataset: FederatedDatas
     if cfg.data_digest is not None and dataset.info.get("digest") not in (None, cfg.data_digest):
         raise ValueError(f"the data given is not the data this run was made with (content digest "
                          f"{dataset.info['digest']}, the run's {cfg.data_digest})")
-    parts, val = split_validation(partition_of(cfg, dataset),
-                                  cfg.val_fraction, cfg.seed)
+    parts, val = client_splits(cfg, dataset)
     check_memory(cfg, dataset.input_shape, [len(p) for p in parts], len(dataset.test_x))
     n_models = 1 if cfg.spec.pooled else cfg.clients
     device = devices.resolve(cfg.device)

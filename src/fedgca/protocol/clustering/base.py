@@ -5,6 +5,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The clustering backends by name, in the paper's table order: the one list RunConfig's --backend choices, the
+# backend factory (``fit.BACKENDS``) and the reports read.
+BACKEND_NAMES = ("gmm", "kmeans", "softkmeans", "minibatch")
+
 
 @dataclass(frozen=True)
 class ClusterSummary:

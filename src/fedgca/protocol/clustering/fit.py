@@ -8,7 +8,7 @@ import logging
 import numpy as np
 from sklearn.utils._param_validation import InvalidParameterError
 
-from fedgca.protocol.clustering.base import ClusterSummary, _as_float64, _summarise
+from fedgca.protocol.clustering.base import BACKEND_NAMES, ClusterSummary, _as_float64, _summarise
 from fedgca.protocol.clustering.gmm import (  # noqa: F401 — re-exported by the package (lazily)
     GMMBackend,
     batched_kmeanspp,
@@ -29,12 +29,12 @@ PRESETS: dict[str, dict] = {
 }
 """GMM presets of SPEC §1 (shared by both: max_iter 200, tol 1e-3); every value overridable."""
 
-BACKENDS = {
-    "gmm": (GMMBackend, "n_components"),
-    "kmeans": (KMeansBackend, "n_clusters"),
-    "softkmeans": (SoftKMeansBackend, "n_clusters"),
-    "minibatch": (MiniBatchKMeansBackend, "n_clusters"),
-}
+BACKENDS = dict(zip(BACKEND_NAMES, (  # (class, its K parameter) per name
+    (GMMBackend, "n_components"),
+    (KMeansBackend, "n_clusters"),
+    (SoftKMeansBackend, "n_clusters"),
+    (MiniBatchKMeansBackend, "n_clusters"),
+), strict=True))
 
 
 def make_backend(name: str, k: int, *, seed: int, preset: str = "tabular", **overrides):

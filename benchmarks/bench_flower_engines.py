@@ -1,6 +1,6 @@
 """Wall time per GCA round: fedgca's simulator vs the Flower apps (in-process, Ray, loopback deployment).
 
-    python -m fedgca.flower.bench --data-dir ../shared/data --rounds 3 [--engines sim,inprocess,ray,deploy]
+    .venv/bin/python benchmarks/bench_flower_engines.py --data-dir ../shared/data --rounds 3 [--engines sim,inprocess,ray,deploy]
 
 Same RunConfig everywhere (magic preset unless overridden: C = 10, K = 80, ρ = 0.25, 5 + 5 epochs).
 Per-round times come from each run's own records (simulator: wall / rounds of the round loop;

@@ -1,0 +1,230 @@
+"""Label-free selection signals against the test-label oracle (issue #47 item 2, its first step: measure).
+
+    .venv/bin/python scripts/selection_signals.py --data-dir ../shared/data [--files 6_cardio,...]
+        [--methods centralized,single,fedavg,fedprox,gca] [--seeds 100] [--partition iid] [--workers 2]
+        [--out docs/results/adbench/signals]
+
+For every file × method × seed of the bench (own data's defaults, as `fedgca bench` runs them), the federation is run
+in process and, before the first round (round 0: the untrained models) and after every round, each deployed model
+is measured by:
+
+* ``val_error``: its mean reconstruction error on its client's held-out validation normals (fedgca's rule today:
+  the lowest wins);
+* ``proxy_<generator>``: a proxy AUROC — its client's validation normals against synthetic anomalies made from
+  those same rows by one documented generator (``GENERATORS``; the highest wins);
+* ``test_auroc``: the test-label oracle (never read by a signal).
+
+Each job writes one JSON file (resumable: a file already there is skipped). ``--table`` reads them and writes
+``regret.csv`` / ``regret.md`` (and ``per_file.csv``): per method and signal, the mean regret (oracle AUROC − AUROC at the round the
+signal picks; per client where each client deploys its own model, per federation where the model is shared),
+how often the pick is the untrained model, and the mean AUROC deployed. No test row or label reaches a signal:
+the generators see only the client's validation rows (tests/test_selection_signals.py).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATORS = ("shuffle", "noise", "outside", "mixed")
+SIGNALS = ("val_error", "last", *(f"proxy_{g}" for g in GENERATORS))
+ORACLE = "test_auroc"  # the test-label oracle: in the table as the bar, never a signal
+LOWER_IS_BETTER = {"val_error"}
+
+
+# ------------------------------------------------------------------------------------------------- generators
+
+def synthetic_anomalies(normals: np.ndarray, kind: str, rng: np.random.Generator, count: int | None = None) \
+        -> np.ndarray:
+    """Synthetic anomalies made from a client's own validation normals ``normals`` [n, d] alone.
+
+    * ``shuffle``: each feature drawn from its own column independently (the marginals kept, every dependence
+      between features broken: a row no normal would have as a whole);
+    * ``noise``: a normal row moved by Gaussian noise of one column standard deviation per feature (a local
+      perturbation: an anomaly near the normal manifold);
+    * ``outside``: uniform in the box of the columns' ranges widened by half their span each side (the global
+      anomalies of ADBench's taxonomy);
+    * ``mixed``: a third of each.
+    """
+    x = np.asarray(normals, dtype=np.float64).reshape(len(normals), -1)
+    n, d = x.shape
+    m = count or max(200, n)
+    if kind == "shuffle":
+        return np.stack([x[rng.integers(0, n, m), j] for j in range(d)], axis=1)
+    if kind == "noise":
+        sd = x.std(axis=0) if n > 1 else np.ones(d)
+        return x[rng.integers(0, n, m)] + rng.standard_normal((m, d)) * np.where(sd > 0, sd, 1.0)
+    if kind == "outside":
+        lo, hi = x.min(axis=0), x.max(axis=0)
+        span = np.where(hi > lo, hi - lo, 1.0)
+        return rng.uniform(lo - span / 2, hi + span / 2, (m, d))
+    if kind == "mixed":
+        parts = [synthetic_anomalies(x, k, rng, -(-m // 3)) for k in ("shuffle", "noise", "outside")]
+        return np.concatenate(parts)[:m]
+    raise ValueError(f"unknown generator {kind!r}; choose from {', '.join(GENERATORS)}")
+
+
+# ------------------------------------------------------------------------------------------------- one run
+
+def _measure(fed, method, seed: int, r: int) -> dict:
+    """Every signal and the oracle for each deployed model after round ``r`` (0 = untrained)."""
+    import torch
+
+    from fedgca import seeding
+    from fedgca.devices import to_numpy
+    from fedgca.evaluation.metrics import auroc_rows, shard_scores, shared_scores
+
+    clients = method.deployed_clients()
+    val_shards = method.deployed_val_shards() if hasattr(method, "deployed_val_shards") else fed.val_shards
+    n = val_shards.num_clients
+    val = shard_scores(clients, val_shards)
+    test = to_numpy(shared_scores(clients, fed.test_x))[:n]
+    y = np.asarray(fed.dataset.test_y).astype(bool)
+    out = {"round": r, "val_error": [float(s.mean()) for s in val], "test_auroc": auroc_rows(test, y).tolist()}
+    for g in GENERATORS:
+        vals = []
+        for i in range(n):
+            normals = to_numpy(val_shards.client(i))
+            fake = synthetic_anomalies(normals, g, seeding.rng(seed, f"synthetic-anomalies-{g}", i))
+            s_fake = to_numpy(shared_scores(clients.slot_view(i),
+                                            torch.as_tensor(fake.reshape(-1, *normals.shape[1:]),
+                                                            dtype=torch.float32)))[0]
+            s = np.concatenate([val[i], s_fake])[None, :]
+            vals.append(float(auroc_rows(s, np.r_[np.zeros(len(val[i]), bool), np.ones(len(s_fake), bool)])[0]))
+        out[f"proxy_{g}"] = vals
+    return out
+
+
+def measure_run(path: str, options: dict, out: str) -> str:
+    """One bench run (file, method, seed, partition), measured round by round; its JSON written to ``out``."""
+    from fedgca.binding import bind
+    from fedgca.data.source import open_source
+    from fedgca.rundir import atomic_write_text
+    from fedgca.simulation.classes import simulator
+    from fedgca.simulation.federation import build_federation
+    from fedgca.threads import limit_threads
+
+    limit_threads(1)
+    source = open_source(Path(path))
+    cfg, dataset = bind(options, source)
+    fed = build_federation(cfg, source, dataset)
+    if fed.val_shards is None:
+        raise ValueError(f"{path}: no validation split (--val-fraction 0): nothing for a signal to read")
+    method = simulator(cfg.method)(fed)
+    rounds = [_measure(fed, method, cfg.seed, 0)]
+    for r in range(cfg.rounds):
+        method.run_round(r, fed.participants(r), lambda phase, epoch: None)
+        rounds.append(_measure(fed, method, cfg.seed, r + 1))
+    doc = {"file": Path(path).stem, "method": cfg.method, "seed": cfg.seed, "partition": cfg.partition,
+           "shared_model": bool(method.deploys_one_model or cfg.spec.pooled), "clients": cfg.clients,
+           "rounds": rounds}
+    atomic_write_text(Path(out), json.dumps(doc))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- the table
+
+def picks(doc: dict, signal: str) -> list[int]:
+    """The round each client deploys under ``signal`` (one round for all when the model is shared)."""
+    rounds = doc["rounds"]
+    n = len(rounds[0]["test_auroc"])
+    if signal == "last":
+        return [len(rounds) - 1] * n
+    sign = 1.0 if signal in LOWER_IS_BETTER else -1.0
+    values = np.array([r[signal] for r in rounds]) * sign  # [rounds, clients], lower = better
+    if doc["shared_model"]:
+        return [int(np.argmin(values.mean(axis=1)))] * n
+    return [int(j) for j in np.argmin(values, axis=0)]
+
+
+def run_regret(doc: dict, signal: str) -> tuple[float, float, float]:
+    """(mean regret in pp, share of clients deploying round 0, mean deployed AUROC ×100) of one run."""
+    auc = np.array([r["test_auroc"] for r in doc["rounds"]])  # [rounds, clients]
+    chosen = picks(doc, signal)
+    deployed = np.array([auc[j, i] for i, j in enumerate(chosen)])
+    oracle = auc.mean(axis=1).max() if doc["shared_model"] else auc.max(axis=0)
+    return (float(np.mean(oracle - deployed) * 100), float(np.mean(np.array(chosen) == 0)),
+            float(deployed.mean() * 100))
+
+
+def table(out: Path) -> str:
+    from fedgca.tabletext import csv_text, markdown
+
+    docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    rows, md = [], []
+    methods = sorted({d["method"] for d in docs})
+    partitions = sorted({d["partition"] for d in docs})
+    for part in partitions:
+        for m in methods:
+            mine = [d for d in docs if d["method"] == m and d["partition"] == part]
+            for sig in (*SIGNALS, ORACLE):
+                res = np.array([run_regret(d, sig) for d in mine])
+                rows.append([part, m, sig, len(mine), *[round(float(v), 3) for v in res.mean(axis=0)]])
+                md.append([part, m, sig, str(len(mine)), f"{res[:, 0].mean():.2f}", f"{100 * res[:, 1].mean():.0f} %",
+                           f"{res[:, 2].mean():.2f}"])
+    head = ["partition", "method", "signal (test_auroc: the oracle)", "runs", "mean regret (pp)", "round 0 chosen",
+            "deployed AUROC"]
+    (out / "regret.csv").write_text(csv_text(["partition", "method", "signal", "runs", "regret_pp", "round0_share",
+                                              "deployed_auroc"], rows))
+    per_file = [[d["partition"], d["method"], d["file"], d["seed"], sig, *[round(v, 3) for v in run_regret(d, sig)]]
+                for d in docs for sig in (*SIGNALS, ORACLE)]
+    (out / "per_file.csv").write_text(csv_text(["partition", "method", "file", "seed", "signal", "regret_pp",
+                                                "round0_share", "deployed_auroc"], per_file))
+    text = markdown(head, md)
+    (out / "regret.md").write_text(text)
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--files", default=None, help="comma-separated file stems [default: every ADBench file]")
+    ap.add_argument("--methods", default="centralized,single,fedavg,fedprox,gca")
+    ap.add_argument("--seeds", default="100")
+    ap.add_argument("--partition", default="iid")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "adbench" / "signals"))
+    ap.add_argument("--table", action="store_true", help="only write the regret table of the runs measured")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.table:
+        from fedgca.experiments import bench
+        from fedgca.experiments.pool import _worker_init, bare_main, finish, worker_context
+
+        files, _ = bench.discover([Path(args.data_dir) / "adbench"])
+        if args.files:
+            files = [f for f in files if f.stem in args.files.split(",")]
+        jobs = [(str(f), {"method": m, "seed": int(s), "partition": args.partition},
+                 str(out / f"{f.stem}-{args.partition}-{m}-seed{s}.json"))
+                for f in files for m in args.methods.split(",") for s in args.seeds.split(",")]
+        todo = [j for j in jobs if not Path(j[2]).exists()]
+        import selection_signals  # the workers find the job by this module's name (this file is __main__ here)
+
+        logging.basicConfig(level=logging.WARNING)
+        print(f"{len(todo)} of {len(jobs)} runs to measure", file=sys.stderr)
+        pool = cf.ProcessPoolExecutor(args.workers, mp_context=worker_context(), initializer=_worker_init,
+                                      initargs=(1, False))
+        completed = False
+        try:
+            with bare_main():
+                for fut in cf.as_completed([pool.submit(selection_signals.measure_run, *j) for j in todo]):
+                    try:
+                        print(f"measured {Path(fut.result()).name}", file=sys.stderr)
+                    except Exception as err:  # noqa: BLE001 — one line, the others go on
+                        print(f"failed: {type(err).__name__}: {err}", file=sys.stderr)
+            completed = True
+        finally:
+            finish(pool, completed)
+    print(table(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""The label-free selection signals of scripts/selection_signals.py (issue #47 item 2): the synthetic-anomaly
+generators are deterministic and read only the rows they are given, and no test row or label reaches a signal."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import selection_signals as sig  # noqa: E402
+
+from fedgca import seeding  # noqa: E402
+
+
+@pytest.mark.parametrize("kind", sig.GENERATORS)
+def test_generators_are_deterministic_and_read_only_their_rows(kind):
+    normals = np.random.default_rng(0).standard_normal((37, 5))
+    a = sig.synthetic_anomalies(normals, kind, seeding.rng(100, "synthetic-anomalies", 0))
+    b = sig.synthetic_anomalies(normals.copy(), kind, seeding.rng(100, "synthetic-anomalies", 0))
+    assert a.shape == (200, 5) and np.array_equal(a, b) and np.isfinite(a).all()
+    if kind == "outside":  # inside the widened box of the given rows, and so never beyond it
+        span = normals.max(0) - normals.min(0)
+        assert (a >= normals.min(0) - span / 2).all() and (a <= normals.max(0) + span / 2).all()
+    if kind == "shuffle":  # every value of a column is one of that column's given values
+        assert all(np.isin(a[:, j], normals[:, j]).all() for j in range(5))
+
+
+def test_no_test_label_or_test_row_reaches_a_signal(data_dir, monkeypatch):
+    """The same run measured twice, the second time with the test labels permuted and the test rows replaced by
+    noise: every signal is the same to the last bit; only the oracle moved."""
+    from fedgca.binding import bind
+    from fedgca.data.source import open_source
+    from fedgca.simulation.classes import simulator
+    from fedgca.simulation.federation import build_federation
+
+    source = open_source(data_dir / "adbench" / "42_WBC.npz")
+    measured = []
+    for tamper in (False, True):
+        cfg, dataset = bind({"method": "single", "seed": 100, "rounds": 2}, source)
+        fed = build_federation(cfg, source, dataset)
+        if tamper:
+            rng = np.random.default_rng(1)
+            fed.dataset.test_y = rng.permutation(fed.dataset.test_y)
+            fed.test_x = fed.test_x[rng.permutation(len(fed.test_x))] * 3.0
+        method = simulator(cfg.method)(fed)
+        rows = [sig._measure(fed, method, cfg.seed, 0)]
+        method.run_round(0, fed.participants(0), lambda phase, epoch: None)
+        rows.append(sig._measure(fed, method, cfg.seed, 1))
+        measured.append(rows)
+    for clean, tampered in zip(*measured):
+        for s in sig.SIGNALS:
+            if s != "last":
+                assert clean[s] == tampered[s], s
+        assert clean["test_auroc"] != tampered["test_auroc"]
+
+
+def test_regret_picks_per_client_or_per_federation():
+    """Per-client models: each client its own best round; a shared model: one round for all, by the mean."""
+    rounds = [{"round": 0, "val_error": [1.0, 5.0], "test_auroc": [0.6, 0.9]},
+              {"round": 1, "val_error": [2.0, 1.0], "test_auroc": [0.8, 0.7]}]
+    own = {"shared_model": False, "rounds": rounds}
+    assert sig.picks(own, "val_error") == [0, 1] and sig.picks(own, "last") == [1, 1]
+    regret, round0, deployed = sig.run_regret(own, "val_error")
+    assert regret == pytest.approx(100 * ((0.8 - 0.6) + (0.9 - 0.7)) / 2) and round0 == 0.5
+    assert deployed == pytest.approx(100 * (0.6 + 0.7) / 2)
+    shared = {"shared_model": True, "rounds": rounds}
+    assert sig.picks(shared, "val_error") == [1, 1]  # mean 1.5 < 3.0
