@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# a .venv cut short (its creation killed before pip was in it) is made again, not used half-made
+{ [ -x .venv/bin/python ] && .venv/bin/python -m pip --version >/dev/null 2>&1; } || "$PY" -m venv --clear .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -e '.[test,ray,peers]'  # ray: Flower's Ray engine and the Ray executor; peers: the bench's PyOD detectors — all tested in CI
