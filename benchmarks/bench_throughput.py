@@ -39,6 +39,7 @@ import torch
 from fedgca import methods as registry
 from fedgca.config import RunConfig
 from fedgca.experiments import sweep
+from fedgca.experiments.executors import Batched, LocalPool
 from fedgca.threads import available_cores, limit_threads
 
 MODES = ("cpu-1", "inproc-1", "cpu-all", "batched-cpu", "gpu-1", "gpu-batched")
@@ -72,11 +73,10 @@ def grid(datasets, rounds: int | None, device: str = "cpu") -> list[RunConfig]:
 def run_mode(mode: str, configs, data_dir, scratch: Path) -> float:
     root = scratch / mode
     shutil.rmtree(root, ignore_errors=True)
-    kw = {"cpu-1": dict(workers=1), "inproc-1": dict(workers=0), "cpu-all": dict(workers=available_cores()),
-          "batched-cpu": dict(executor="batched"), "gpu-1": dict(workers=0),
-          "gpu-batched": dict(executor="batched")}[mode]
+    where = {"cpu-1": LocalPool(1), "inproc-1": LocalPool(0), "cpu-all": LocalPool(available_cores()),
+             "batched-cpu": Batched(), "gpu-1": LocalPool(0), "gpu-batched": Batched()}[mode]
     t = time.perf_counter()
-    res = sweep.run_sweep(configs, root, data_dir=data_dir, **kw)
+    res = sweep.run_sweep(configs, root, data_dir=data_dir, executor=where)
     wall = time.perf_counter() - t
     if res["failed"] or res["finished"] != len(configs):
         raise RuntimeError(f"{mode}: {res['failed']}")

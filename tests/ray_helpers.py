@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fedgca.config import RunConfig
 from fedgca.experiments import sweep
+from fedgca.experiments.executors import LocalPool
 
 
 def _cfg(**kw) -> RunConfig:
@@ -18,7 +19,7 @@ def _cfg(**kw) -> RunConfig:
 def _reference(tmp_path: Path, configs, data_dir) -> Path:
     """The same runs through the local executor (in this process, one torch thread, as a worker computes)."""
     root = tmp_path / "local"
-    res = sweep.run_sweep(configs, root, workers=0, data_dir=data_dir)
+    res = sweep.run_sweep(configs, root, executor=LocalPool(0), data_dir=data_dir)
     assert res["finished"] == len(configs) and not res["failed"]
     return root
 

@@ -147,3 +147,21 @@ def test_predict_flags_the_promised_share_of_held_out_normals(name, data_dir):
     for det, expected in zip(r.detectors, at.sort_values("client")["auroc"]):
         assert abs(roc_auc_score(y_test, det.decision_function(det.transform(x_test))) - expected) < 1e-4
     assert set(r.summary["data"]["defaulted"]) >= {"clients", "val_fraction", "threshold", "rounds", "local_epochs"}
+
+
+def test_a_bench_with_pyod_ae_ends_without_a_leaked_semaphore_warning(data_dir, tmp_path):
+    """Issue #50 item 5: PyOD's AutoEncoder makes a semaphore in the peer worker; a worker stopped by a signal never
+    released it, and every bench ended with Python's "leaked semaphore objects" warning. Completed pools now let
+    their workers exit on their own."""
+    import subprocess
+    import sys
+
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "42_WBC.npz").write_bytes((data_dir / "adbench" / "42_WBC.npz").read_bytes())
+    proc = subprocess.run([sys.executable, "-m", "fedgca.cli.main", "bench", str(files), "--methods", "single",
+                           "--seeds", "100,200", "--rounds", "1", "--peers", "pyod-ae", "--workers", "2", "--no-plots",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "leaked" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(list((tmp_path / "out" / "peers" / "42_WBC").glob("*.json"))) == 2

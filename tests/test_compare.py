@@ -3,17 +3,18 @@ import json
 
 from fedgca.config import RunConfig
 from fedgca.experiments import compare, sweep
+from fedgca.experiments.executors import LocalPool
 from fedgca.reporting import comparison
 
 
 def test_compare_runs_once_and_renders_the_paper_layout(tmp_path, data_dir):
     base = RunConfig(dataset="academic", rounds=1, recon_epochs=1, align_epochs=1, local_epochs=1)
     methods, seeds = ["gca", "fedavg"], [100, 200]
-    first = compare.run_grid(base, ["academic"], methods, seeds, tmp_path, data_dir, workers=0)
+    first = compare.run_grid(compare.grid(base, ["academic"], methods, seeds), tmp_path, data_dir=data_dir, executor=LocalPool(0))
     assert [(s["method"], s["seed"]) for s in first] == [("gca", 100), ("gca", 200), ("fedavg", 100), ("fedavg", 200)]
     assert first[0]["k"] == 10 and first[0]["rho"] == 0.5  # each method at the dataset's preset
     started = [e for e in sweep.Ledger(tmp_path / sweep.LEDGER).events() if e["event"] == "started"]
-    again = compare.run_grid(base, ["academic"], methods, seeds, tmp_path, data_dir, workers=0)
+    again = compare.run_grid(compare.grid(base, ["academic"], methods, seeds), tmp_path, data_dir=data_dir, executor=LocalPool(0))
     assert again == first  # runs already complete in DIR are not redone
     assert [e for e in sweep.Ledger(tmp_path / sweep.LEDGER).events() if e["event"] == "started"] == started
     md = comparison.render_comparison(first, methods)

@@ -153,3 +153,21 @@ def test_infer_schema_of_an_array_file_is_its_own(files):
     assert schema.label == "y" and len(schema.features) == 9 and "numeric features" in notes[0]
     with pytest.raises(DataError, match="label is its array 'y'"):
         infer_schema(files / "good.mat", label="class", normal="0")
+
+
+def test_every_float_option_is_checked_before_own_data_is_read(files, tmp_path, capsys):
+    """Issue #50 item 4: `--dp-stats-sigma nan` used to pass validation and fail later in the data's words; every
+    float option of own data's run is now refused first, by name, with nothing written."""
+    import dataclasses
+
+    from fedgca.config import RunConfig, option_name
+
+    floats = [f.name for f in dataclasses.fields(RunConfig) if "float" in str(f.type) and not f.metadata.get("derived")]
+    assert {"rho", "lr", "alpha", "quantile", "dp_stats_sigma", "target_epsilon"} <= set(floats)
+    out = tmp_path / "run"
+    for name in floats:
+        for bad in ("nan", "inf"):
+            assert main(["run", "--data", str(files / "good.npz"), option_name(name), bad, "--out", str(out)]) == 2
+            err = capsys.readouterr().err.strip()
+            assert err == f"fedgca: error: {option_name(name)} must be a finite number, got {bad}", err
+            assert not out.exists()

@@ -16,6 +16,7 @@ import torch
 
 from fedgca.config import RunConfig
 from fedgca.experiments import batched_executor, sweep
+from fedgca.experiments.executors import Batched, LocalPool, executor
 from fedgca.training import gca as gca_training
 from fedgca.training.lockstep import EpochBroker, concat_models, split_models
 from fedgca.training.loop import ClientShards, run_epoch
@@ -42,9 +43,9 @@ def test_stacked_runs_give_the_numbers_they_give_alone(tmp_path, data_dir, monke
     monkeypatch.setattr(gca_training, "_merge_alignment",
                         lambda parts, m: merged.append(len(parts)) or real_merge(parts, m))
     configs = _grid()
-    alone = sweep.run_sweep(configs, tmp_path / "alone", workers=0, data_dir=data_dir)
+    alone = sweep.run_sweep(configs, tmp_path / "alone", executor=LocalPool(0), data_dir=data_dir)
     t0 = time.perf_counter()
-    stacked = sweep.run_sweep(configs, tmp_path / "stacked", executor="batched", data_dir=data_dir)
+    stacked = sweep.run_sweep(configs, tmp_path / "stacked", executor=Batched(), data_dir=data_dir)
     elapsed = time.perf_counter() - t0
     assert alone["finished"] == stacked["finished"] == len(configs) and not stacked["failed"]
     assert merged and max(merged) == 3  # the three GCA runs aligned as one
@@ -109,7 +110,7 @@ def test_stacks_group_by_dataset_and_device_in_order():
     with pytest.raises(ValueError, match="--stack"):
         batched_executor.stacks(cfgs, 0)
     with pytest.raises(ValueError, match="--stack is the batched executor's"):
-        sweep.run_sweep(cfgs, "unused", stack=4)
+        executor("local", stack=4)
 
 
 def test_a_failing_run_leaves_the_stack_and_the_others_finish(tmp_path, data_dir):
@@ -117,7 +118,7 @@ def test_a_failing_run_leaves_the_stack_and_the_others_finish(tmp_path, data_dir
     is recorded as failed; the broker stops waiting for it and the other runs of its stack finish."""
     good = _grid()[:2]
     bad = sweep.canonical(RunConfig(dataset="academic", method="gca", seed=5, rounds=2, rho=1e-6))
-    res = sweep.run_sweep([good[0], bad, good[1]], tmp_path, executor="batched", data_dir=data_dir)
+    res = sweep.run_sweep([good[0], bad, good[1]], tmp_path, executor=Batched(), data_dir=data_dir)
     assert res["finished"] == 2 and len(res["failed"]) == 1
 
 
@@ -146,7 +147,7 @@ def test_a_killed_batched_sweep_resumes_to_the_same_numbers(tmp_path, data_dir):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     configs = sweep.load_spec(spec).configs
-    reference = sweep.run_sweep(configs, tmp_path / "alone", workers=0, data_dir=data_dir)
+    reference = sweep.run_sweep(configs, tmp_path / "alone", executor=LocalPool(0), data_dir=data_dir)
     assert reference["finished"] == 4
     for cfg in configs:
         for name in OUTPUTS:

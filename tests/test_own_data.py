@@ -13,6 +13,7 @@ import pytest
 from fedgca.cli.main import main
 from fedgca.data import DataError, DataSource, Schema, infer_schema, load_dataset, registry
 from fedgca.data.partition import natural_partition
+from fedgca.experiments.executors import LocalPool
 from fedgca.data.readers import table_from_frame
 from fedgca.data.schema import OWN_CORR_THRESHOLD
 
@@ -347,7 +348,7 @@ def test_compare_and_sweep_on_own_data(data_dir, tmp_path):
     spec = sweep.load_spec(toml)
     assert [c.clients for c in spec.configs] == [12, 12] and spec.configs[0].data_digest
     # the sweep and compare name the same runs: nothing is run again
-    res = sweep.run_sweep(spec.configs, tmp_path / "cmp", workers=0, sources=spec.sources)
+    res = sweep.run_sweep(spec.configs, tmp_path / "cmp", executor=LocalPool(0), sources=spec.sources)
     assert res["skipped"] == 2 and res["finished"] == 0
 
 

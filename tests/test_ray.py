@@ -17,6 +17,7 @@ from ray_helpers import (
 from fedgca.config import RunConfig
 from fedgca.data.source import DataSource
 from fedgca.experiments import ray_executor, sweep
+from fedgca.experiments.executors import executor
 from fedgca.ray_local import LOOPBACK, node_addresses
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
@@ -31,13 +32,13 @@ def test_every_node_of_the_test_cluster_is_on_loopback(cluster):
 def test_ray_sweep_writes_the_local_sweeps_runs(cluster, tmp_path, data_dir):
     # five runs on two reused workers, two datasets: nothing a run leaves in its worker changes the next
     configs = [_cfg(method=m, seed=s) for m in ("gca", "fedavg") for s in (1, 2)] + [_cfg(dataset="magic", seed=3)]
-    res = sweep.run_sweep(configs, tmp_path / "ray", workers=2, data_dir=data_dir, executor="ray")
+    res = sweep.run_sweep(configs, tmp_path / "ray", data_dir=data_dir, executor=executor("ray", workers=2))
     assert res["finished"] == 5 and not res["failed"]
     assert len({e["worker_pid"] for e in sweep.Ledger(tmp_path / "ray" / sweep.LEDGER).events()
                 if e["event"] == "finished"}) < 5
     _same_runs(tmp_path / "ray", _reference(tmp_path, configs, data_dir), configs)
     _finished_once(tmp_path / "ray", configs)
-    again = sweep.run_sweep(configs, tmp_path / "ray", workers=2, data_dir=data_dir, executor="ray")
+    again = sweep.run_sweep(configs, tmp_path / "ray", data_dir=data_dir, executor=executor("ray", workers=2))
     assert again["skipped"] == 5 and again["finished"] == 0  # resume works unchanged
 
 
@@ -66,11 +67,19 @@ def test_a_node_without_the_drivers_files_returns_the_run_directory(tmp_path, da
     assert (out / "metrics.csv").read_bytes() == (sweep.run_dir(ref, cfg) / "metrics.csv").read_bytes()
 
 
-def test_executor_options_are_checked_before_anything_runs(tmp_path):
+def test_executor_options_are_checked_before_anything_runs(tmp_path, capsys):
     with pytest.raises(ValueError, match="--address and --gpus-per-run are the Ray executor's"):
-        sweep.run_sweep([_cfg()], tmp_path / "s", address="auto")
+        executor("local", address="auto")
     with pytest.raises(ValueError, match="--executor 'dask'"):
-        sweep.run_sweep([_cfg()], tmp_path / "s", executor="dask")
+        executor("dask")
+    with pytest.raises(ValueError, match=r"--gpus-per-run must be in \[0, 8\]"):
+        executor("ray", gpus_per_run=9)
+    spec = tmp_path / "s.toml"
+    spec.write_text("[grid]\ndataset = \"academic\"\nmethod = \"single\"\nseed = [1]\n")
+    from fedgca.cli.main import main
+
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "s"), "--address", "auto"]) == 2
+    assert "--address and --gpus-per-run are the Ray executor's" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
 
 

@@ -12,6 +12,7 @@ import pytest
 import ray_helpers as h
 
 from fedgca.experiments import sweep
+from fedgca.experiments.executors import executor
 from fedgca.ray_local import LOOPBACK, node_addresses
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
@@ -22,7 +23,7 @@ def test_a_killed_worker_process_costs_only_its_runs_progress(cluster, tmp_path,
     cfg = h._cfg(method="gca", seed=7, rounds=8, recon_epochs=5, align_epochs=5)
     root = tmp_path / "ray"
     killer = h._kill_when_checkpointed(root, cfg, lambda pid: os.kill(pid, signal.SIGKILL))
-    res = sweep.run_sweep([cfg], root, workers=1, data_dir=data_dir, executor="ray")
+    res = sweep.run_sweep([cfg], root, data_dir=data_dir, executor=executor("ray", workers=1))
     killer.join(5)
     assert "killed" in killer.done, "the run finished before it could be killed"
     assert res["finished"] == 1 and not res["failed"]
@@ -44,7 +45,7 @@ def test_a_killed_node_costs_only_its_runs_progress(cluster, tmp_path, data_dir)
         workers.remove(victim)
 
     killer = h._kill_when_checkpointed(root, configs[0], kill_node)
-    res = sweep.run_sweep(configs, root, workers=2, data_dir=data_dir, executor="ray")
+    res = sweep.run_sweep(configs, root, data_dir=data_dir, executor=executor("ray", workers=2))
     killer.join(5)
     assert "killed" in killer.done, "the run finished before its node could be killed"
     assert res["finished"] == 2 and not res["failed"]

@@ -13,6 +13,7 @@ import torch
 from fedgca import rundir
 from fedgca.cli.main import main as cli_main
 from fedgca.config import RunConfig
+from fedgca.experiments.executors import LocalPool
 from fedgca.simulation.runner import run
 
 TINY = dict(dataset="academic", rounds=1, recon_epochs=1, align_epochs=1, seed=100)
@@ -110,7 +111,7 @@ def test_malicious_checkpoint_in_a_sweep_fails_that_run_only(tmp_path, data_dir)
     (run_dir / rundir.CONFIG).write_text(json.dumps(cfg.to_dict()))
     marker = tmp_path / "pwned"
     _plant(run_dir / rundir.CHECKPOINT, marker)
-    result = run_sweep([cfg], tmp_path / "sweep", data_dir=data_dir, workers=0)
+    result = run_sweep([cfg], tmp_path / "sweep", data_dir=data_dir, executor=LocalPool(0))
     assert not marker.exists()
     assert len(result["failed"]) == 1
     ledger = (tmp_path / "sweep" / "ledger.jsonl").read_text()

@@ -14,6 +14,7 @@ import pytest
 
 from fedgca.config import RunConfig
 from fedgca.experiments import sweep
+from fedgca.experiments.executors import LocalPool
 from fedgca.flower.deploy import descendants, running
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -125,7 +126,7 @@ def test_failure_is_recorded_and_does_not_stop_the_sweep(tmp_path, data_dir):
     ok = sweep.canonical(RunConfig("academic", rounds=1, recon_epochs=1, align_epochs=1))
     bad = sweep.canonical(RunConfig("academic", method="single", rounds=1, local_epochs=1, clients=100_000))
     root = tmp_path / "sw"
-    res = sweep.run_sweep([bad, ok], root, workers=0, data_dir=data_dir)  # in-process: fast
+    res = sweep.run_sweep([bad, ok], root, executor=LocalPool(0), data_dir=data_dir)  # in-process: fast
     assert res["finished"] == 1 and len(res["failed"]) == 1
     assert (sweep.run_dir(root, ok) / "summary.json").exists()
     assert not (sweep.run_dir(root, bad) / "summary.json").exists()
@@ -134,7 +135,7 @@ def test_failure_is_recorded_and_does_not_stop_the_sweep(tmp_path, data_dir):
     assert "num_clients" in failed[0]["error"] and failed[0]["config"]["clients"] == 100_000
     assert sweep.status(root, [ok, bad]) == {ok.key(): "finished", bad.key(): "failed"}
     # Again: the finished run is skipped; with retries off, the failed one is left alone.
-    res = sweep.run_sweep([bad, ok], root, workers=1, data_dir=data_dir, retry_failed=False)
+    res = sweep.run_sweep([bad, ok], root, executor=LocalPool(1), data_dir=data_dir, retry_failed=False)
     assert res == {"total": 2, "skipped": 2, "finished": 0, "failed": []}
     assert [e["event"] for e in _events(root)].count("finished") == 1
 
@@ -167,11 +168,11 @@ def test_longest_first_starts_the_largest_predicted_run_first(tmp_path, data_dir
     assert flops[long.key()] > flops[short.key()]
     for order, first in (("grid", short), ("longest-first", long)):
         root = tmp_path / order
-        assert sweep.run_sweep([short, long], root, workers=0, data_dir=data_dir, order=order)["finished"] == 2
+        assert sweep.run_sweep([short, long], root, executor=LocalPool(0), data_dir=data_dir, order=order)["finished"] == 2
         started = [e["key"] for e in _events(root) if e["event"] == "started"]
         assert started[0] == first.key() and sorted(started) == sorted([short.key(), long.key()])
     with pytest.raises(ValueError, match="--order"):
-        sweep.run_sweep([short], tmp_path / "x", workers=0, data_dir=data_dir, order="shortest")
+        sweep.run_sweep([short], tmp_path / "x", executor=LocalPool(0), data_dir=data_dir, order="shortest")
 
 
 @pytest.mark.slow

@@ -63,6 +63,7 @@ def register(sub) -> None:
 
 
 def cmd_bench(args) -> int:
+    from fedgca.cli.experiments import executor_from_args
     from fedgca.experiments import bench, peers
     from fedgca.reporting import bench as report
 
@@ -93,8 +94,7 @@ def cmd_bench(args) -> int:
         return 0
     if not ok:
         raise ValueError("no file could be benchmarked (each skipped file's reason is above)")
-    result = bench.run_bench(plan, root, workers=args.workers, executor=args.executor, address=args.address,
-                             verbose=getattr(args, "verbose", False), stack=args.stack)
+    result = bench.run_bench(plan, root, executor_from_args(args), peer_workers=args.workers)
     res = report.write(root, plots=not args.no_plots)
     print(f"bench {root}: {result['finished']} run(s) finished now, {result['skipped']} before, "
           f"{len(result['failed'])} failed; peers {result['peers']['done']} done, {len(result['peers']['failed'])} "

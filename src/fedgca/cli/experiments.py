@@ -37,6 +37,14 @@ def _add_executor_options(p) -> None:
                         "0.25 packs four runs on a GPU) [default: 0]")
 
 
+def executor_from_args(args):
+    """The executor the command line names (``experiments.executors.executor``: its options checked there)."""
+    from fedgca.experiments.executors import executor
+
+    return executor(args.executor, workers=args.workers, address=args.address, gpus_per_run=args.gpus_per_run,
+                    stack=args.stack, verbose=getattr(args, "verbose", False))
+
+
 def register(sub) -> None:
     from fedgca import methods
     from fedgca.cli.options import add_data_options
@@ -78,12 +86,11 @@ def cmd_compare(args) -> int:
                                  "small_sites": args.small_sites}.items() if v is not None}
     base = RunConfig(dataset=datasets[0], **options)
     root = Path(args.out)
-    compare.grid(base, datasets, args.methods, args.seeds, source, options)  # every bad option or file fails here
+    configs = compare.grid(base, datasets, args.methods, args.seeds, source, options)  # bad options, files fail here
+    executor = executor_from_args(args)
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    summaries = compare.run_grid(base, datasets, args.methods, args.seeds, root, args.data_dir, args.workers,
-                                 sources=by_name(source), executor=args.executor, address=args.address,
-                                 gpus_per_run=args.gpus_per_run, stack=args.stack, options=options)
+    summaries = compare.run_grid(configs, root, data_dir=args.data_dir, sources=by_name(source), executor=executor)
     elapsed = time.perf_counter() - started
     print(comparison.render_comparison(summaries, args.methods))
     print(f"this invocation: {elapsed:.0f} s wall on {args.workers} worker(s) (runs finished before it were reused)")
@@ -180,10 +187,8 @@ def cmd_sweep(args) -> int:
             print(f"to run: {sweep.pace_text(left['left_flops'], left['rate'])}", file=sys.stderr)
         return 0
     try:
-        res = sweep.run_sweep(spec.configs, out, workers=args.workers, data_dir=data_dir, sources=spec.sources,
-                              verbose=getattr(args, "verbose", False), retry_failed=not args.no_retry_failed,
-                              order=args.order, executor=args.executor, address=args.address,
-                              gpus_per_run=args.gpus_per_run, stack=args.stack)
+        res = sweep.run_sweep(spec.configs, out, executor=executor_from_args(args), data_dir=data_dir,
+                              sources=spec.sources, retry_failed=not args.no_retry_failed, order=args.order)
     except sweep.SweepStopped as stop:  # one line; SIGTERM exits 143 and Ctrl-C 130, as a shell reports them
         print(f"fedgca: {stop}", file=sys.stderr)
         return 143 if "SIGTERM" in str(stop) else 130

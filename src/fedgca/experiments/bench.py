@@ -166,21 +166,22 @@ def write_plan(root: Path, p: BenchPlan) -> None:
     atomic_write_text(root / PLAN, json.dumps(doc, indent=1))
 
 
-def run_bench(p: BenchPlan, root, *, workers: int = 1, executor: str = "local", address: str | None = None,
-              verbose: bool = False, stack: int | None = None) -> dict:
-    """Run the plan's runs (a resumable sweep) and its peers (each result a file: done ones are skipped)."""
+def run_bench(p: BenchPlan, root, executor=None, *, peer_workers: int | None = None) -> dict:
+    """Run the plan's runs (a resumable sweep on ``executor``, ``experiments/executors.py``) and its peers (each
+    result a file: done ones are skipped) on ``peer_workers`` local processes (default: the executor's workers)."""
     from fedgca.experiments import sweep
+    from fedgca.experiments.executors import LocalPool
 
     root = Path(root)
+    executor = executor if executor is not None else LocalPool()
     if p.peers:
         from fedgca.experiments import peers
 
         peers.require()
     write_plan(root, p)
-    result = sweep.run_sweep(p.configs, root, workers=workers, sources=p.sources, verbose=verbose,
-                             order="longest-first", executor=executor, address=address, stack=stack) if p.configs else \
-        {"total": 0, "skipped": 0, "finished": 0, "failed": []}
-    result["peers"] = run_peers(p, root, workers)
+    result = sweep.run_sweep(p.configs, root, executor=executor, sources=p.sources, order="longest-first") \
+        if p.configs else {"total": 0, "skipped": 0, "finished": 0, "failed": []}
+    result["peers"] = run_peers(p, root, peer_workers if peer_workers is not None else getattr(executor, "workers", 1))
     return result
 
 

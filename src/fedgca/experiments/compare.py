@@ -35,21 +35,19 @@ def grid(base: RunConfig, datasets, methods, seeds, source=None, options: dict |
     return [canonical(dataclasses.replace(bound[s], method=m)) for m in methods for s in seeds]
 
 
-def run_grid(base: RunConfig, datasets, methods, seeds, root: Path, data_dir=None, workers: int = 1, *,
-             sources: dict | None = None, executor: str = "local", address: str | None = None,
-             gpus_per_run: float = 0.0, stack: int | None = None, options: dict | None = None) -> list[dict]:
-    """Run every (dataset, method, seed) not already finished in ``root``; resume unfinished ones.
+def run_grid(configs: list[RunConfig], root: Path, *, data_dir=None, sources: dict | None = None,
+             executor=None) -> list[dict]:
+    """Run every config of a comparison (``grid``) not already finished in ``root``; resume unfinished ones.
 
     A comparison is a sweep: same run directories (``root/runs/<config key>``), ledger, skipping,
-    resuming and worker processes as ``fedgca sweep``, so a comparison and a sweep that share a
-    directory share their runs. ``data_dir``: the built-in datasets'; ``sources``: own data's by name.
+    resuming and executors (``experiments/executors.py``) as ``fedgca sweep``, so a comparison and a sweep that
+    share a directory share their runs. ``data_dir``: the built-in datasets'; ``sources``: own data's by name.
     """
     from fedgca.experiments import sweep
 
-    configs = grid(base, datasets, methods, seeds, _own(datasets, sources), options)
     # the table is read only when complete: start the longest runs first (the shortest makespan)
-    result = sweep.run_sweep(configs, root, workers=workers, data_dir=data_dir, sources=sources, order="longest-first",
-                             executor=executor, address=address, gpus_per_run=gpus_per_run, stack=stack)
+    result = sweep.run_sweep(configs, root, executor=executor, data_dir=data_dir, sources=sources,
+                             order="longest-first")
     if result["failed"]:
         raise RuntimeError(f"{len(result['failed'])} run(s) failed (see {Path(root) / sweep.LEDGER}): "
                            + "; ".join(str(f) for f in result["failed"])[:500])

@@ -23,8 +23,9 @@ is an append-only, fsync'd log of ``started`` / ``finished`` / ``failed``
 events (with the config and, for failures, the error text). A failed run does
 not stop the sweep; the next invocation retries it.
 
-Runs execute in worker processes (``--workers N``, one fresh process per run,
-each with one torch thread and single-threaded BLAS, like ``fedgca run``). A sweep killed at any moment
+Runs execute where the sweep's executor puts them (``experiments/executors.py``; by default worker processes,
+``--workers N``, one process per run forked warm, each with one torch thread and single-threaded BLAS, like
+``fedgca run``). A sweep killed at any moment
 resumes with nothing lost or duplicated: each run holds an exclusive lock on
 its directory while it runs (so an orphaned worker and a restarted sweep never
 write the same run), and a ``finished`` event is written exactly once per key
@@ -46,7 +47,8 @@ from fedgca.config import ADDED_LATER, RunConfig
 from fedgca.data.source import source_for
 from fedgca.experiments import cost
 from fedgca.experiments.ledger import Ledger, lock
-from fedgca.experiments.pool import bare_main, stop_server
+from fedgca.experiments.executors import KINDS, Executor, LocalPool, Runs
+from fedgca.experiments.pool import stop_server
 from fedgca.experiments.sweep_spec import OWN_DATA_KEYS, SweepSpec, canonical, load_spec, parse_spec
 from fedgca.rundir import CHECKPOINT, SUMMARY
 
@@ -228,40 +230,28 @@ def describe(cfg: RunConfig) -> str:
 
 
 ORDERS = ("grid", "longest-first")
-EXECUTORS = ("local", "ray", "batched")
+EXECUTORS = KINDS  # (experiments.executors: the executor objects and their options)
 
 
-def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None, sources=None, verbose: bool = False,
-              retry_failed: bool = True, order: str = "grid", executor: str = "local",
-              address: str | None = None, gpus_per_run: float = 0.0, stack: int | None = None) -> dict:
+def run_sweep(configs: list[RunConfig], root, *, executor: Executor | None = None, data_dir=None, sources=None,
+              retry_failed: bool = True, order: str = "grid") -> dict:
     """Run every config not finished in ``root``; returns counts and the failures. Each run's records:
     ``sources[cfg.dataset]`` (own data's :class:`~fedgca.data.DataSource` by name), else the built-in dataset in
     ``data_dir`` (``fedgca.data.source_for``, once per run, here).
 
-    ``executor``: "local", a pool of ``workers`` processes on this machine, or "ray", one Ray task per run
-    (:mod:`fedgca.experiments.ray_executor`) on the cluster at ``address``, or on a local Ray instance of
-    ``workers`` CPUs; or "batched", the runs of one dataset ``stack`` at a time in this process with their
-    local epochs computed together (:mod:`fedgca.experiments.batched_executor`, for a GPU). All write the same
+    ``executor`` (:mod:`fedgca.experiments.executors`; default one local worker process): a pool of worker
+    processes on this machine, one Ray task per run on a cluster or a local Ray instance, or the batched engine
+    (the runs of one dataset in this process, their local epochs computed together; for a GPU). All write the same
     run directories and ledger.
 
     ``order``: "grid" starts the runs in the file's order (its first cells finish first, for a partial
     report); "longest-first" by predicted FLOPs, largest first, so that the last runs to start are the
     short ones and no worker idles for long at the end (longest-processing-time scheduling).
     """
+    executor = executor if executor is not None else LocalPool()
     if order not in ORDERS:
         raise ValueError(f"--order {order!r}: choose one of {', '.join(ORDERS)}")
-    if executor not in EXECUTORS:
-        raise ValueError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
-    if (address or gpus_per_run) and executor != "ray":
-        raise ValueError("--address and --gpus-per-run are the Ray executor's: add --executor ray")
-    if stack is not None and executor != "batched":
-        raise ValueError("--stack is the batched executor's: add --executor batched")
-    if not 0 <= gpus_per_run <= 8:
-        raise ValueError(f"--gpus-per-run must be in [0, 8], got {gpus_per_run!r}")
-    if executor == "ray":
-        from fedgca.experiments import ray_executor
-
-        ray_executor.require()  # before anything is written
+    executor.require()  # before anything is written
     root = Path(root)
     (root / RUNS).mkdir(parents=True, exist_ok=True)
     ledger = Ledger(root / LEDGER)
@@ -283,8 +273,7 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         todo.append(cfg)
     result = {"total": len(configs), "skipped": len(configs) - len(todo), "finished": 0, "failed": []}
     log.info("sweep %s: %d runs, %d already done, %d to run on %s", root, len(configs), result["skipped"],
-             len(todo), f"Ray ({address})" if address else "the batched engine" if executor == "batched" else
-             f"{workers} worker(s)" + (" of Ray" if executor == "ray" else ""))
+             len(todo), executor.describe())
     if not todo:
         return result
     flops = predicted_flops(todo, data_dir, sources)
@@ -296,28 +285,15 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
     elif order == "longest-first":
         log.warning("sweep %s: no FLOP predictions, so the runs start in the grid's order", root)
     result["t0"] = time.monotonic()  # for the ETA in the progress lines; removed before returning
+
     def on_result(cfg: RunConfig, res: dict) -> None:
         _record(ledger, finished, result, cfg, root, len(todo), res)
 
     in_main = threading.current_thread() is threading.main_thread()  # only there can a signal handler go
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if in_main else None
     try:
-        if executor == "ray":
-            _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, sources, verbose, address,
-                        gpus_per_run)
-        elif executor == "batched":
-            from fedgca.experiments import batched_executor
-
-            jobs = [(c, (c.to_dict(), str(run_dir(root, c)), str(root), source_for(c.dataset, data_dir, sources)))
-                    for c in todo]
-            batched_executor.run_all(jobs, execute, on_result, stack=stack or batched_executor.DEFAULT_STACK)
-        else:
-            from fedgca.experiments import local_executor
-
-            jobs = [(c, run_dir(root, c), (c.to_dict(), str(run_dir(root, c)), str(root),
-                                            source_for(c.dataset, data_dir, sources))) for c in todo]
-            with bare_main():  # the pool's workers, and their replacements, never re-run the caller's script
-                local_executor.run_all(jobs, execute, on_result, workers=workers, verbose=verbose, ledger=ledger)
+        executor.run(Runs(todo, root, ledger, execute, on_result, lambda c: run_dir(root, c),
+                          lambda c: source_for(c.dataset, data_dir, sources)))
     except KeyboardInterrupt as stop:
         stop_server()
         raise SweepStopped(
@@ -330,20 +306,6 @@ def run_sweep(configs: list[RunConfig], root, *, workers: int = 1, data_dir=None
         for k in ("t0", "flops", "flops_total", "flops_done"):
             result.pop(k, None)
     return result
-
-
-def _run_on_ray(todo, result, ledger, finished, root, workers, data_dir, sources, verbose, address,
-                gpus_per_run) -> None:
-    from fedgca.experiments import ray_executor
-
-    def on_result(cfg: RunConfig, res: dict) -> None:
-        if res.get("in_place") is False:  # it ran in a scratch directory of another node: the driver notes it
-            ledger.append("started", cfg.key(), executor="ray", node=res.get("node"), config=cfg.to_dict())
-        _record(ledger, finished, result, cfg, root, len(todo), res)
-
-    jobs = [(cfg, cfg.to_dict(), run_dir(root, cfg), source_for(cfg.dataset, data_dir, sources)) for cfg in todo]
-    ray_executor.run_all(jobs, execute, on_result, root=root, workers=max(1, min(int(workers), len(todo))),
-                         address=address, verbose=verbose, gpus_per_run=gpus_per_run)
 
 
 __all__ = ["EXECUTORS", "LEDGER", "OWN_DATA_KEYS", "ORDERS", "Ledger", "SweepSpec", "SweepStopped", "canonical",
