@@ -77,14 +77,9 @@ def _source(data, data_dir=None) -> DataSource:
 
 def _config(source: DataSource, options: dict) -> tuple[RunConfig, object]:
     """The run's resolved config on ``source`` (own data: bound to it, fedgca.binding), and the dataset if loaded."""
-    from fedgca.binding import bind
+    from fedgca.binding import resolve
 
-    unknown = set(options) - {f.name for f in dataclasses.fields(RunConfig)}
-    if unknown:
-        raise TypeError(f"unknown run option(s) {', '.join(sorted(unknown))}")
-    if source.is_builtin:
-        return RunConfig(dataset=source.label, **options).resolved(), None
-    return bind(options, source)
+    return resolve(options, source)
 
 
 @dataclass

@@ -23,6 +23,24 @@ log = logging.getLogger("fedgca")
 _SAID: set[str] = set()
 
 
+def resolve(options: dict, source: DataSource) -> tuple[RunConfig, FederatedDataset | None]:
+    """The one path from a run's options and its data to a resolved RunConfig — the CLI (``run``, ``flower``), the
+    Python API and sweeps come through here: a built-in dataset's config from its presets (its dataset loaded later,
+    by the driver), own data's bound to the data (:func:`bind`, which loads it). Unknown options are refused."""
+    unknown = set(options) - {f.name for f in dataclasses.fields(RunConfig)}
+    if unknown:
+        raise TypeError(f"unknown run option(s) {', '.join(sorted(unknown))}")
+    if source.is_builtin:
+        return RunConfig(**{**options, "dataset": source.label}).resolved(), None
+    return bind(options, source)
+
+
+def load_for(cfg: RunConfig, source: DataSource) -> FederatedDataset:
+    """The dataset a run of ``cfg`` trains on: its seed's test split, small sites dropped when the options drop
+    them, the preprocessing statistics released privately when they ask for it (the simulator and binding)."""
+    return source.load(cfg.seed, drop_sites_below=sites_below(cfg), stats_sigma=privacy.stats_noise(cfg))
+
+
 def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None = None) \
         -> tuple[RunConfig, FederatedDataset]:
     """The resolved RunConfig of ``options`` on own data ``source``, and the loaded dataset.
@@ -32,16 +50,16 @@ def bind(options: dict, source: DataSource, *, dataset: FederatedDataset | None 
     """
     values = {k: v for k, v in options.items() if v is not None}
     values["dataset"] = source.label
-    RunConfig(**values).check_fields(presets_open=True)  # a bad option is named before the data is read
-    cfg0 = RunConfig(**{"clients": 1, "k": 1, "rho": 1.0, **values, "data_digest": "-"})
-    ds = dataset or source.load(cfg0.seed, drop_sites_below=sites_below(values), stats_sigma=privacy.stats_noise(values))
+    given = RunConfig(**values)  # what the user set; C, K, ρ ... still open: the data fills them below
+    given.check_fields(presets_open=True)  # a bad option is named before the data is read
+    ds = dataset or load_for(given, source)
     n_sites = None
-    if cfg0.partition == "natural":
+    if given.partition == "natural":
         if ds.sites is None:
             raise DataError(f"{source.label}: {NO_SITES}")
-        parts, _ = ds.natural(cfg0.batch_size, cfg0.small_sites)  # carried: the federation trains on these
+        parts, _ = ds.natural(given.batch_size, given.small_sites)  # carried: the federation trains on these
         n_sites = len(parts)
-    defaulted = own_defaults(len(ds.train), n_sites, cfg0.partition, given=values)
+    defaulted = own_defaults(len(ds.train), n_sites, given.partition, given=values)
     values.update(defaulted)
     _check_client_rows(source, ds, values)
     values["data_digest"] = ds.info.get("digest") or source.digest()

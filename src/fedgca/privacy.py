@@ -19,12 +19,11 @@ def is_record_dp(cfg) -> bool:
     return cfg.spec.record_dp
 
 
-def stats_noise(options) -> float | None:
-    """σ_s of the preprocessing statistics when a run releases them through mechanism 0 (a record-DP method with
-    ``--dp-stats-sigma``), else None. ``options``: a RunConfig or a dict of options."""
-    get = options.get if isinstance(options, dict) else lambda k, d=None: getattr(options, k, d)
-    sigma = get("dp_stats_sigma")
-    return float(sigma) if sigma is not None and methods.get(get("method", "gca")).record_dp else None
+def stats_noise(cfg) -> float | None:
+    """σ_s of the preprocessing statistics when a run of ``cfg`` (a RunConfig, resolved or not) releases them through
+    mechanism 0 (a record-DP method with ``--dp-stats-sigma``), else None."""
+    sigma = cfg.dp_stats_sigma
+    return float(sigma) if sigma is not None and methods.get(cfg.method).record_dp else None
 
 
 def refuse_plain_statistics(cfg) -> None:

@@ -94,15 +94,14 @@ def config_from_args(args, *, with_data: bool = False):
     ``(cfg, source, dataset)``: the run's :class:`~fedgca.data.DataSource` (a built-in's in --data-dir, or own
     data's) and the dataset when reading it was needed (else None).
     """
+    from fedgca.binding import resolve
+
     source = source_from_args(args)
     if source is None:
         if not getattr(args, "dataset", None):
             raise ValueError("give --dataset NAME (a built-in dataset) or --data PATH (your own data)")
-        cfg = RunConfig(**run_options(args)).resolved()
         from fedgca.data.source import DataSource
 
-        return (cfg, DataSource.builtin(cfg.dataset, getattr(args, "data_dir", None)), None) if with_data else cfg
-    from fedgca.binding import bind
-
-    cfg, dataset = bind(run_options(args), source)
+        source = DataSource.builtin(args.dataset, getattr(args, "data_dir", None))
+    cfg, dataset = resolve(run_options(args), source)
     return (cfg, source, dataset) if with_data else cfg

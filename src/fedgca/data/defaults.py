@@ -35,12 +35,12 @@ MIN_TRAIN_ROWS = 10  # a client needs at least this many training rows (or one b
 MAX_BATCH = 50  # SPEC's B, or a client's whole training shard when it holds fewer rows
 
 
-def sites_below(options) -> int | None:
-    """The training normals a site needs to be kept under the per-site split: B when the options ask to drop
-    small sites (the natural partition, ``--small-sites drop``), else None (a small site is an error)."""
-    get = options.get if isinstance(options, dict) else lambda k, d=None: getattr(options, k, d)
-    if get("partition", "iid") == "natural" and get("small_sites", "error") == "drop":
-        return int(get("batch_size") or MAX_BATCH)
+def sites_below(cfg) -> int | None:
+    """The training normals a site needs to be kept under the per-site split: B when a run's config (a RunConfig,
+    resolved or not) asks to drop small sites (the natural partition, ``--small-sites drop``), else None (a small
+    site is an error)."""
+    if cfg.partition == "natural" and cfg.small_sites == "drop":
+        return int(cfg.batch_size or MAX_BATCH)
     return None
 
 

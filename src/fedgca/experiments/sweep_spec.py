@@ -121,7 +121,9 @@ def _bind(values: dict, source, loaded: dict) -> RunConfig:
     encoding depend on them)."""
     from fedgca import privacy
     from fedgca.binding import bind
+    from fedgca.data.defaults import sites_below
 
-    key = (values.get("seed", RunConfig.__dataclass_fields__["seed"].default), privacy.stats_noise(values))
+    given = RunConfig(**{**values, "dataset": source.label})
+    key = (given.seed, privacy.stats_noise(given), sites_below(given))  # what the dataset read depends on
     cfg, loaded[key] = bind({k: v for k, v in values.items() if k != "dataset"}, source, dataset=loaded.get(key))
     return cfg

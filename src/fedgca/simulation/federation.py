@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from fedgca import devices, privacy
+from fedgca.binding import load_for
 from fedgca.config import RunConfig
 from fedgca.data import DataError, DataSource
 from fedgca.data.dataset import FederatedDataset
-from fedgca.data.defaults import sites_below
 from fedgca.data.partition import check_per_site, client_splits
 from fedgca.evaluation.metrics import few_threshold_rows
 from fedgca.models import build_model, init_model, param_count
@@ -100,7 +100,7 @@ def build_federation(cfg: RunConfig, source: DataSource, dataset: FederatedDatas
     cfg = cfg.resolved()  # a no-op for the drivers' configs, resolved once where the run starts
     if source.label != cfg.dataset:
         raise DataError(f"the run's dataset is {cfg.dataset!r} but the data source is {source.label!r}")
-    dataset = dataset or source.load(cfg.seed, drop_sites_below=sites_below(cfg), stats_sigma=privacy.stats_noise(cfg))
+    dataset = dataset or load_for(cfg, source)
     if "encoding_fit" in dataset.info:  # fitted from per-site statistics, as a deployment fits it
         privacy.refuse_plain_statistics(cfg)
         if dataset.info.get("stats_sigma") != privacy.stats_noise(cfg):
