@@ -157,6 +157,12 @@ def table(out: Path) -> str:
     from fedgca.tabletext import csv_text, markdown
 
     docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    # a partition's seeds whose every file × method run is measured (a study stopped part-way leaves some out)
+    cells = {(d["partition"], d["seed"]): set() for d in docs}
+    for d in docs:
+        cells[(d["partition"], d["seed"])].add((d["file"], d["method"]))
+    full = max((len(v) for v in cells.values()), default=0)
+    docs = [d for d in docs if len(cells[(d["partition"], d["seed"])]) == full]
     rows, md = [], []
     methods = sorted({d["method"] for d in docs})
     partitions = sorted({d["partition"] for d in docs})
@@ -170,13 +176,15 @@ def table(out: Path) -> str:
                            f"{res[:, 2].mean():.2f}"])
     head = ["partition", "method", "signal (test_auroc: the oracle)", "runs", "mean regret (pp)", "round 0 chosen",
             "deployed AUROC"]
+    seeds = {p: sorted({d["seed"] for d in docs if d["partition"] == p}) for p in partitions}
     (out / "regret.csv").write_text(csv_text(["partition", "method", "signal", "runs", "regret_pp", "round0_share",
                                               "deployed_auroc"], rows))
     per_file = [[d["partition"], d["method"], d["file"], d["seed"], sig, *[round(v, 3) for v in run_regret(d, sig)]]
                 for d in docs for sig in (*SIGNALS, ORACLE)]
     (out / "per_file.csv").write_text(csv_text(["partition", "method", "file", "seed", "signal", "regret_pp",
                                                 "round0_share", "deployed_auroc"], per_file))
-    text = markdown(head, md)
+    text = ("Seeds with every run measured: " + "; ".join(f"{p} {', '.join(map(str, v))}" for p, v in seeds.items())
+            + "\n\n" + markdown(head, md))
     (out / "regret.md").write_text(text)
     return text
 
