@@ -6,7 +6,8 @@ Workers start warm: a run's process is forked from multiprocessing's fork server
 that has already imported torch, pandas and fedgca (``PRELOAD``), instead of a fresh interpreter that imports them
 again (1.4–1.5 s a run, docs/performance.md). Each run still gets a process of its own, a fork of the same pristine
 server (the same state for every run: the same numbers), so a run that dies takes no other with it. The server
-itself never computes, so no thread pool exists in it to be forked broken. ``FEDGCA_WORKER_START=spawn`` brings
+itself never computes: torch's OpenMP pool is never started in it, and each worker limits torch and BLAS to one
+thread (``_worker_init``), as a spawned worker did. ``FEDGCA_WORKER_START=spawn`` brings
 back fresh interpreters (the benchmark compares the two)."""
 from __future__ import annotations
 
