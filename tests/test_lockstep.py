@@ -107,8 +107,8 @@ def test_stacks_group_by_dataset_and_device_in_order():
     groups = batched_executor.stacks(cfgs, 2)
     assert [[(c.dataset, c.seed) for c in g] for g in groups] == [[("magic", 1), ("magic", 2)], [("magic", 3)],
                                                                   [("adult", 1)]]
-    with pytest.raises(ValueError, match="--stack"):
-        batched_executor.stacks(cfgs, 0)
+    with pytest.raises(ValueError, match="--stack must be at least 1"):
+        executor("batched", stack=0)
     with pytest.raises(ValueError, match="--stack is the batched executor's"):
         executor("local", stack=4)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from fedgca import methods
 from fedgca.protocol import dp
 from fedgca.protocol.gca import upload_size
 
@@ -22,8 +21,7 @@ def is_record_dp(cfg) -> bool:
 def stats_noise(cfg) -> float | None:
     """σ_s of the preprocessing statistics when a run of ``cfg`` (a RunConfig, resolved or not) releases them through
     mechanism 0 (a record-DP method with ``--dp-stats-sigma``), else None."""
-    sigma = cfg.dp_stats_sigma
-    return float(sigma) if sigma is not None and methods.get(cfg.method).record_dp else None
+    return float(cfg.dp_stats_sigma) if cfg.dp_stats_sigma is not None and is_record_dp(cfg) else None
 
 
 def refuse_plain_statistics(cfg) -> None:

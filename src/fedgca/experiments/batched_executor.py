@@ -20,9 +20,7 @@ DEFAULT_STACK = 64
 
 def stacks(todo: list, stack: int) -> list[list]:
     """The runs in groups that can share a stack: one dataset and device each, at most ``stack`` runs, in the
-    order given."""
-    if stack < 1:
-        raise ValueError(f"--stack must be at least 1, got {stack}")
+    order given (``stack`` ≥ 1: ``executors.Batched`` checks it)."""
     groups: OrderedDict = OrderedDict()
     for cfg in todo:
         groups.setdefault((cfg.dataset, cfg.device), []).append(cfg)

@@ -95,6 +95,10 @@ class Batched:
 
     stack: int | None = None
 
+    def __post_init__(self):
+        if self.stack is not None and self.stack < 1:
+            raise ValueError(f"--stack must be at least 1, got {self.stack}")
+
     def describe(self) -> str:
         return "the batched engine"
 
@@ -122,8 +126,6 @@ def executor(kind: str = "local", *, workers: int = 1, address: str | None = Non
         raise ValueError("--stack is the batched executor's: add --executor batched")
     if not 0 <= gpus_per_run <= 8:
         raise ValueError(f"--gpus-per-run must be in [0, 8], got {gpus_per_run!r}")
-    if stack is not None and stack < 1:
-        raise ValueError(f"--stack must be at least 1, got {stack}")
     if kind == "ray":
         return RayTasks(workers=workers, address=address, gpus_per_run=gpus_per_run, verbose=verbose)
     if kind == "batched":

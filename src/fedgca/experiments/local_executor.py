@@ -54,7 +54,7 @@ def run_all(jobs: list[tuple], execute, on_result, *, workers: int, verbose: boo
             # The pool replaces each worker after its run. Forked warm, the replacements are up at once and exit
             # cleanly; fresh interpreters would still be importing torch, and a SIGTERM while waiting for them left
             # them orphaned (each printed a SemLock traceback): those, and every pool that stops early, are stopped.
-            finish(pool, completed, replaces=True)
+            finish(pool, completed, slow_replacements=ctx.get_start_method() != "forkserver")
         started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
         if broken and not started:  # the pool broke before any run started: do not loop forever
             started = {job[0].key() for job in broken}

@@ -98,9 +98,8 @@ def _stop_workers(pool, grace: float = 30.0) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + grace
 
-    def terminate_all():  # a fork server's workers are not our children: the pool's own list names them too
-        for proc in [*processes.values(), *(getattr(pool, "_processes", None) or {}).values(),
-                     *multiprocessing.active_children()]:
+    def terminate_all():  # a fork server's workers are not our children: the pool's list (kept past shutdown) has them
+        for proc in [*processes.values(), *multiprocessing.active_children()]:
             if proc.is_alive():
                 proc.terminate()
 
@@ -134,14 +133,13 @@ def stop_server() -> None:
             pass
 
 
-def finish(pool, completed: bool, *, replaces: bool = False) -> None:
+def finish(pool, completed: bool, *, slow_replacements: bool = False) -> None:
     """End a pool: when every job of it completed, let its workers exit on their own — a worker stopped by a
     signal never runs its exit handlers, and a semaphore one of its libraries made (PyOD's AutoEncoder makes one)
     is then reported by Python as leaked when the sweep ends; otherwise (a stop, an error) stop them now.
-    ``replaces``: the pool starts a new worker after each job (``max_tasks_per_child``); waiting for those is
-    quick only when they are forked warm, so a pool of fresh interpreters still stops them."""
-    warm = getattr(getattr(pool, "_mp_context", None), "get_start_method", lambda: "")() == "forkserver"
-    if completed and (warm or not replaces):
+    ``slow_replacements``: the pool starts a fresh interpreter after each job (``max_tasks_per_child`` with
+    "spawn"), which would still be importing torch: those are stopped too rather than waited for."""
+    if completed and not slow_replacements:
         try:
             pool.shutdown(wait=True)
             return

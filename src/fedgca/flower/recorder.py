@@ -17,11 +17,14 @@ class Recorder:
 
     def __init__(self, out_dir: str):
         self.out = Path(out_dir) if out_dir else None
-        self.opened = False
         self.messages: list[dict] = []
         self.rounds: list[dict] = []
         self._held: dict[str, str] = {}  # files written before open(), by name
         self._metrics = None
+
+    @property
+    def opened(self) -> bool:
+        return self._metrics is not None
 
     def open(self) -> None:
         if self.out is None or self.opened:
@@ -30,7 +33,6 @@ class Recorder:
         for name, entries in (("messages.jsonl", self.messages), ("rounds.jsonl", self.rounds)):
             (self.out / name).write_text("".join(_line(e) for e in entries))
         self._metrics = rundir.MetricsWriter(self.out)
-        self.opened = True
         for name, text in self._held.items():
             self.write_text(name, text)
         self._held.clear()

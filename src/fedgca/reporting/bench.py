@@ -287,8 +287,9 @@ def write(root, out=None, plots: bool = True) -> dict:
         for metric in METRICS:
             t = table(data, partition, metric)
             lines += [f"## {metric.upper()}, {partition}", ""]
-            if headline(t):
-                lines += [headline(t), ""]
+            head = headline(t)
+            if head:
+                lines += [head, ""]
             lines += [render_table(t, len(plan["seeds"]))]
             (out / f"{metric}_{partition}.csv").write_text(table_csv(t))
             if plots and rank_plot(out / f"ranks_{metric}_{partition}.png", t):

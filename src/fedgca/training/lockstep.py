@@ -143,11 +143,11 @@ class EpochBroker:
         return out + ([cur] if cur else [])
 
     def _run_group(self, reqs: list[_Request]) -> None:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()  # the computing thread's CPU seconds: the unit of ``own_seconds``
         try:
             self._compute_group(reqs)
         finally:
-            seconds, clients = time.perf_counter() - t0, sum(r.clients.num_clients for r in reqs)
+            seconds, clients = time.thread_time() - t0, sum(r.clients.num_clients for r in reqs)
             for r in reqs:
                 r.share = seconds * r.clients.num_clients / clients
 
