@@ -106,7 +106,7 @@ def measure_run(path: str, options: dict, out: str) -> str:
     from fedgca.binding import bind
     from fedgca.data.source import open_source
     from fedgca.rundir import atomic_write_text
-    from fedgca.simulation.classes import simulator
+    from fedgca.simulation.driver import SimulatedMethod
     from fedgca.simulation.federation import build_federation
     from fedgca.threads import limit_threads
 
@@ -116,7 +116,7 @@ def measure_run(path: str, options: dict, out: str) -> str:
     fed = build_federation(cfg, source, dataset)
     if fed.val_shards is None:
         raise ValueError(f"{path}: no validation split (--val-fraction 0): nothing for a signal to read")
-    method = simulator(cfg.method)(fed)
+    method = SimulatedMethod(fed)
     rounds = [_measure(fed, method, cfg.seed, 0)]
     for r in range(cfg.rounds):
         method.run_round(r, fed.participants(r), lambda phase, epoch: None)

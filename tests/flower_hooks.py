@@ -15,7 +15,7 @@ FAULTS = ("nan-codes", "inf-codes", "wrong-shape", "extra-rows", "float64", "ext
 
 
 def _faulty_codes(codes: np.ndarray, fault: str) -> dict[str, np.ndarray]:
-    from fedgca.flower.records import CODES_ARRAY
+    from fedgca.algorithms.gca import CODES_ARRAY
 
     arrays = {CODES_ARRAY: codes.copy()}
     if fault == "nan-codes":
@@ -39,14 +39,17 @@ def faulty_client_app():
     from flwr.app import Message, RecordDict
     from flwr.clientapp import ClientApp
 
+    from fedgca.algorithms import later_step_names
+    from fedgca.algorithms.gca import CODES, CODES_ARRAY
     from fedgca.flower import client_app as fedgca_client
-    from fedgca.flower.records import CODES, CODES_ARRAY, array_record
+    from fedgca.flower.records import array_record
 
     app = ClientApp()
     app.query("info")(fedgca_client.info)
     app.query("stats")(fedgca_client.stats)
     app.query("setup")(fedgca_client.setup)
-    app.train("align")(fedgca_client.align)
+    for action in later_step_names():  # GCA's align: as fedgca's ClientApp
+        app.train(action)(fedgca_client.train)
     app.evaluate()(fedgca_client.evaluate)
 
     @app.train()

@@ -61,18 +61,17 @@ def test_centralized_with_a_validation_split(tmp_path, data_dir):
     assert all(v > 0 for v in vals) and s["selected"]["rule"].startswith("round with the lowest")
 
 
-def test_every_registered_method_has_one_simulator_class_and_traits_not_names_decide():
-    """The simulator's classes register themselves (``simulation.base.simulates``); every method the registry
-    lists has one, and no module below the registry names a method to decide what to do."""
+def test_every_registered_method_has_one_round_and_traits_not_names_decide():
+    """Each method's round registers itself (``algorithms.base.implements``); every method the registry lists
+    has one, and no module below the registry names a method to decide what to do."""
     import ast
     from pathlib import Path
 
     from fedgca import methods
-    from fedgca.simulation.base import SimMethod
-    from fedgca.simulation.classes import simulator
+    from fedgca.algorithms import FederatedMethod, method_class
 
     for name in methods.names():
-        assert issubclass(simulator(name), SimMethod)
+        assert issubclass(method_class(name), FederatedMethod)
     src = Path(methods.__file__).parent
     offenders = []
     for path in src.rglob("*.py"):

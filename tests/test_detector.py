@@ -10,14 +10,14 @@ from fedgca.data.source import DataSource
 from fedgca.detector import AnomalyDetector, load_client_detector, save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients
 from fedgca.models import init_model
-from fedgca.simulation.classes import simulator
+from fedgca.simulation.driver import SimulatedMethod
 from fedgca.simulation.federation import build_federation
 
 
 def test_saved_threshold_equals_the_evaluations(tmp_path, data_dir):
     cfg = RunConfig(dataset="academic", clients=4, rounds=1)
     fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
-    method = simulator("gca")(fed)
+    method = SimulatedMethod(fed)
     save_client_detectors(tmp_path, fed, method)
     res = evaluate_clients(fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, cfg.resolved().quantile)
     for i in range(4):
@@ -31,7 +31,7 @@ def test_load_client_detector_checks_the_manifest(tmp_path, data_dir):
 
     cfg = RunConfig(dataset="academic", clients=2, rounds=1)
     fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
-    rundir.record(tmp_path, *save_client_detectors(tmp_path, fed, simulator("gca")(fed)))
+    rundir.record(tmp_path, *save_client_detectors(tmp_path, fed, SimulatedMethod(fed)))
     assert load_client_detector(tmp_path, 1).threshold_ is not None
     model = tmp_path / "clients" / "client_001" / "model.pt"
     model.write_bytes(model.read_bytes()[:-10])

@@ -125,7 +125,7 @@ def test_train_replies_hold_exactly_one_code_array(deployed):
         assert arr["name"] == "z" and arr["dtype"] == "float32"
         assert arr["shape"] == [upload_size(sizes[m["client_id"]], CFG.rho), DZ]
     for m in (m for m in up if m["phase"] == "train.align"):  # the end-of-round evaluation, metrics only
-        assert [(r["type"], r["record"]) for r in m["records"]] == [("metric", "metrics")], m["records"]
+        assert [(r["type"], r["record"]) for r in m["records"]] == [("metric", "evaluation")], m["records"]
     # no message any client sent in the whole run carries a parameter array
     names = {a["name"] for m in up for rec in m["records"] for a in rec.get("arrays", [])}
     assert names <= {"z"}
@@ -160,7 +160,7 @@ def test_killed_supernode_is_dropped_and_round_two_finishes_with_two(deployed):
     assert rounds[0]["took_part"] == [0, 1, 2] and rounds[0]["dropped"] == {}
     assert rounds[1]["participants"] == [0, 1, 2] and rounds[1]["took_part"] == [0, 1]
     assert list(rounds[1]["dropped"]) == ["2"]
-    assert rounds[1]["aligned"] == [0, 1] and rounds[1]["evaluated"] == [0, 1]
+    assert rounds[1]["accepted"]["align"] == [0, 1] and rounds[1]["evaluated"] == [0, 1]
     summary = json.loads((deployed.out / "summary.json").read_text())
     assert summary["participation"][1]["took_part"] == [0, 1]
     assert 0 <= summary["final"]["accuracy"] <= 1

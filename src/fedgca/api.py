@@ -14,7 +14,6 @@ a directory of per-site files), a pandas DataFrame, ``(X, y)`` arrays, or a
 """
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property

@@ -57,7 +57,7 @@ class RunConfig:
 
     dataset: str = field(metadata={"help": f"built-in dataset ({', '.join(DATASET_PRESETS)}) or own data's name "
                                            "(set from --data)"})
-    method: str = _opt("gca", "federated method", choices=METHODS)
+    method: str = _opt("gca", "federated method", choices=methods.REGISTRY)  # live: a method registered later too
     seed: int = _opt(100, "seed of every random draw (partition, init, batches, uploads, clustering)")
     rounds: int = _opt(100, "communication rounds R")
     clients: int | None = _opt(None, "number of clients C", preset="dataset preset")

@@ -1,11 +1,11 @@
 """The methods fedgca runs, registered once: every list of methods in the package is read from here.
 
 A method is declared by one ``MethodSpec`` line below, with the traits callers ask about (pools the clients'
-rows, a client loss term, shares parameters, record-level DP, runs on Flower, which attack applies), and
-implemented by one simulator class that registers itself for it (``fedgca.simulation.base.simulates``). The
-CLI's choices, the sweep's canonical keys (which options a method reads), the report's column order and labels,
-the attack's threat model and the Flower apps' support all come from this table; adding a method is one
-implementation file plus one ``register`` line.
+rows, a client loss term, shares parameters, record-level DP, runs on Flower, which attack applies), and its
+round is one class in ``fedgca.algorithms`` that both drivers run (``algorithms.base.implements``). The CLI's
+choices, the sweep's canonical keys (which options a method reads), the report's column order and labels, the
+attack's threat model and the Flower apps' support all come from this table; adding a method is one module plus
+one ``fedgca.algorithms.register`` call (ARCHITECTURE.md, "How to add a method").
 """
 from __future__ import annotations
 

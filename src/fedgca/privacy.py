@@ -49,7 +49,8 @@ def resolve(cfg, sizes) -> dp.RecordDP | None:
     given = dp.RecordDP(cfg.dp_grad_clip, cfg.dp_grad_sigma, cfg.dp_code_clip, cfg.dp_code_sigma, cfg.dp_stats_sigma)
     if cfg.target_epsilon is None:
         return given
-    return _calibrated(tuple(schedules(cfg, sizes)), given, cfg.dp_delta, cfg.target_epsilon)
+    scheds = tuple(schedules(cfg, sizes))
+    return _calibrated(scheds, given, cfg.dp_delta, cfg.target_epsilon)
 
 
 @functools.lru_cache(maxsize=32)
@@ -62,7 +63,8 @@ def accounting(cfg, sizes) -> dict | None:
     noise = resolve(cfg, sizes)
     if noise is None:
         return None
-    return dp.accounting_record(schedules(cfg, sizes), noise, cfg.dp_delta, cfg.target_epsilon)
+    scheds = schedules(cfg, sizes)
+    return dp.accounting_record(scheds, noise, cfg.dp_delta, cfg.target_epsilon)
 
 
 def message_config(cfg, sizes):

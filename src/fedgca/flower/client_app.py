@@ -8,13 +8,14 @@ id). Its parameters and Adam state persist in ``context.state`` between
 messages and never travel in one.
 
 Message types handled (see :mod:`fedgca.flower.records` for the layout):
-``query.info``, ``query.stats``, ``query.setup``, ``train`` (GCA Phase 1 +
-upload, or a baseline's local training), ``train.align`` (GCA Phase 3; its reply
-carries the end-of-round evaluation), ``evaluate``.
+``query.info``, ``query.stats``, ``query.setup``, ``train`` and ``train.<step>``
+(a step of the run's method, ``fedgca.algorithms``: GCA's ``train`` is Phase 1 +
+upload, its ``train.align`` Phase 3; a baseline's ``train`` its local training),
+``evaluate``.
 
 Its handlers are plain functions (``info``, ``stats``, ``setup``, ``train``,
-``align``, ``evaluate``): another ClientApp can register them with its own
-mods or wrappers (the tests wrap ``train`` to inject faulty uploads).
+``evaluate``): another ClientApp can register them with its own mods or
+wrappers (the tests wrap ``train`` to inject faulty uploads).
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedgca import devices, methods, privacy, seeding
+from fedgca import devices, privacy
+from fedgca.algorithms import ClientWork, later_step_names, method_for
 from fedgca.config import ABLATION_CLIENT
 from fedgca.data.encoding import released_stats
 from fedgca.evaluation.metrics import (
@@ -39,10 +41,8 @@ from fedgca.flower import data as node_data
 from fedgca.flower import owndata
 from fedgca.flower.records import (
     ARRAYS,
-    BROADCAST,
-    CODES,
-    CODES_ARRAY,
     CONFIG,
+    EVALUATION,
     INFO,
     METRICS,
     SETUP,
@@ -58,13 +58,10 @@ from fedgca.flower.records import (
     run_config_from_record,
     stacked_state_from_record,
     stacked_state_record,
+    step_of_message,
 )
 from fedgca.models import init_model
-from fedgca.protocol import fednova
-from fedgca.protocol.clustering import ClusterSummary
 from fedgca.threads import DEFAULT_TORCH_THREADS
-from fedgca.training import gca as gca_training
-from fedgca.training.local import client_loss_term, local_training
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import AdamConfig, StackedModels
 
@@ -202,108 +199,63 @@ def setup(msg: Message, context: Context) -> Message:
 # ---------------------------------------------------------------------------- training
 
 
-@app.train()
+def _method(cfg, node):
+    """The run's method on this node: its noise as the server sent it (``privacy.message_config``)."""
+    return method_for(cfg, node.kind, [len(node.train)])
+
+
 def train(msg: Message, context: Context) -> Message:
+    """One step of the run's method (``fedgca.algorithms``) on this client: the server's payload in, the step's
+    reply out — nothing else leaves the node. The last step of a method whose clients deploy their own models
+    carries this round's evaluation (a GCA round is two exchanges, not three)."""
     cfg, node = _node(msg, context)
-    if cfg.spec.family == "gca":
-        return _gca_train(msg, context, cfg, node)
-    if cfg.spec.alone:
-        return _single_train(msg, context, cfg, node)
-    return _local_train(msg, context, cfg, node)
+    method = _method(cfg, node)
+    step, r = step_of_message(method, msg.metadata.message_type), _round(msg)
+    clients = _clients(context, cfg, node)
+    evals = _pending(context, r) if step != method.steps[0] else {"round": r}
 
+    def evaluate(phase: str, epoch: int) -> None:
+        if phase == "align" and cfg.eval_align_clients != "all" and node.client_id != ABLATION_CLIENT:
+            return  # --eval-align-clients client0: the weighting ablation's client alone
+        evals.setdefault(phase, []).append(_metrics(clients, node, cfg))
 
-def _single_train(msg: Message, context: Context, cfg, node) -> Message:
-    """Single-Client: this round's local epochs on the client's own model; the reply carries no data."""
-    clients, part = _clients(context, cfg, node), ONE
-    local_training(clients, _shards(node, cfg), cfg.seed, _round(msg), cfg.local_epochs, part, cfg.batch_size,
-                   client_ids=[node.client_id])
-    _save(context, clients)
-    return _reply(msg)
-
-
-def _gca_config(cfg, node):
-    """The GCA slice of the run config; DP-GCA's noise as the server sent it (``privacy.message_config``)."""
-    return gca_training.gca_config(cfg, node.kind, privacy.resolve(cfg, [len(node.train)]))
-
-
-def _gca_train(msg: Message, context: Context, cfg, node) -> Message:
-    """GCA Phase 1 (T_recon epochs) and the upload of ⌊ρ·N_i⌋ fresh codes — the reply holds nothing else."""
-    r, gcfg, ids = _round(msg), _gca_config(cfg, node), [node.client_id]
-    eval_epochs = bool(msg.content[CONFIG].get("eval_recon_epochs", True))
-    clients, shards, part = _clients(context, cfg, node), _shards(node, cfg), ONE
-    recon = []
-    for e in range(gcfg.recon_epochs):
-        gca_training.reconstruction_epoch(clients, shards, seeding.client_rngs(cfg.seed, "recon", (r, e), ids), gcfg, part)
-        if eval_epochs:
-            recon.append(_metrics(clients, node, cfg))
-    codes = gca_training.encode_uploads(clients, shards, seeding.client_rngs(cfg.seed, "upload", (r,), ids), gcfg.rho, part,
-                                        gcfg.dp)[0]
-    _save(context, clients)
-    context.state[STATE_EVALS] = json_record({"round": r, "recon": recon, "align": []})
-    return _reply(msg, **{CODES: array_record({CODES_ARRAY: codes})})
-
-
-@app.train("align")
-def align(msg: Message, context: Context) -> Message:
-    """GCA Phase 3: T_align epochs on the encoder towards the broadcast centroids; replies with nothing."""
-    cfg, node = _node(msg, context)
-    r, gcfg, ids = _round(msg), _gca_config(cfg, node), [node.client_id]
-    payload = numpy_dict(msg.content[BROADCAST])
-    centroids, counts = payload["centroids"], payload["counts"]
-    if (centroids.ndim != 2 or counts.shape != (len(centroids),) or not np.isfinite(centroids).all()
-            or not np.isfinite(counts).all() or len(centroids) == 0):
-        raise ValueError(f"malformed broadcast: centroids {centroids.shape}, counts {counts.shape}")
-    summary = ClusterSummary(centroids, counts)
-    clients, shards, part = _clients(context, cfg, node), _shards(node, cfg), ONE
-    if centroids.shape[1] != clients.base.latent_dim:
-        raise ValueError(f"broadcast centroids have width {centroids.shape[1]}, latent dim is {clients.base.latent_dim}")
-    evals = _pending(context, r)
-    evaluate_align = cfg.eval_align_epochs and (cfg.eval_align_clients == "all" or node.client_id == ABLATION_CLIENT)
-    for e in range(gcfg.align_epochs):
-        gca_training.alignment_epoch(clients, shards, seeding.client_rngs(cfg.seed, "align", (r, e), ids), gcfg, summary, part)
-        if evaluate_align:
-            evals["align"].append(_metrics(clients, node, cfg))
+    received = None
+    if step.sends:  # writable copies: the method trains on them
+        received = {k: np.array(v, copy=True) for k, v in numpy_dict(msg.content[step.sends]).items()}
+    work = ClientWork(cfg, clients, _shards(node, cfg), ONE, [node.client_id], evaluate)
+    reply = method.client(step, r, work, received)[0]
     _save(context, clients)
     context.state[STATE_EVALS] = json_record(evals)
-    # the end-of-round evaluation travels with this reply: a GCA round is two exchanges, not three
-    return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, evals))})
+    records = {}
+    if step.reply:
+        records[step.reply] = array_record(reply.arrays)
+    if step.metrics:
+        records[METRICS] = MetricRecord(reply.metrics)
+    if step == method.steps[-1] and not method.deploys_global:
+        records[EVALUATION] = MetricRecord(_evaluation(clients, node, cfg, evals, method))
+    return _reply(msg, **records)
 
 
-def _local_train(msg: Message, context: Context, cfg, node) -> Message:
-    """A parameter-sharing baseline's client: start from the global model, train, send the model back."""
-
-    if cfg.method not in methods.names("parameter-sharing", flower=True):
-        raise ValueError(f"method {cfg.method!r} has no Flower client")
-    r = _round(msg)
-    global_params = model_state(numpy_dict(msg.content[ARRAYS]))
-    clients, shards, part = _clients(context, cfg, node), _shards(node, cfg), ONE
-    clients.set_all(global_params)  # download θ^(r); Adam state is the client's own, kept across rounds
-    if cfg.optimizer_state == "reset":  # unless the run asks for a fresh Adam each round
-        clients.optim.reset()
-    extra = client_loss_term(cfg, clients, global_params)
-    local_training(clients, shards, cfg.seed, r, cfg.local_epochs, part, cfg.batch_size, extra,
-                    client_ids=[node.client_id], dp=privacy.resolve(cfg, [len(node.train)]))
-    _save(context, clients)
-    n = int(len(node.train))
-    tau = float(fednova.local_steps([n], cfg.local_epochs, cfg.batch_size)[0])
-    return _reply(msg, **{ARRAYS: array_record(clients.client_state_dict(0)),
-                          METRICS: MetricRecord({"num-examples": n, "local-steps": tau})})
+app.train()(train)
+for _action in later_step_names():  # ``train.<step>``: the later steps of the built-in methods
+    app.train(_action)(train)
 
 
 # ---------------------------------------------------------------------------- evaluation
 
 
 def _pending(context: Context, r: int) -> dict:
+    """The evaluations this client made in round ``r``'s earlier steps."""
     if STATE_EVALS in context.state.config_records:
         evals = from_json_record(context.state.config_records[STATE_EVALS])
         if evals.get("round") == r:
             return evals
-    return {"round": r, "recon": [], "align": []}
+    return {"round": r}
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Metrics of this client's deployed model (GCA, Single: its own; parameter sharing: the global model sent)."""
+    """Metrics of this client's deployed model (its own, or the server's model the message carries)."""
     cfg, node = _node(msg, context)
     r = _round(msg)
     if ARRAYS not in msg.content:
@@ -311,15 +263,16 @@ def evaluate(msg: Message, context: Context) -> Message:
     else:
         clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
         clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
-    evals = _pending(context, r) if cfg.spec.family == "gca" else {"recon": [], "align": []}
-    return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, evals))})
+    return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, _pending(context, r),
+                                                            _method(cfg, node)))})
 
 
-def _evaluation(clients: StackedModels, node, cfg, evals: dict) -> dict:
-    """What an evaluation reply carries: the deployed model's metrics and this round's epoch evaluations."""
+def _evaluation(clients: StackedModels, node, cfg, evals: dict, method) -> dict:
+    """What an evaluation carries: the deployed model's metrics and this round's evaluations at the method's
+    evaluation points (one list over the epochs per metric)."""
     values = {"client-id": node.client_id, "num-examples": int(len(node.train))}
     values.update({k.replace("_", "-"): v for k, v in _metrics(clients, node, cfg).items()})
-    for phase in ("recon", "align"):
+    for phase, _ in method.evaluation_points():
         for m in METRIC_KEYS:
-            values[f"{phase}-{m.replace('_', '-')}"] = [float(e[m]) for e in evals[phase]]
+            values[f"{phase}-{m.replace('_', '-')}"] = [float(e[m]) for e in evals.get(phase, [])]
     return values

@@ -8,9 +8,12 @@ message        server → client             client → server
 query.info     ``config``                  ``info`` (ConfigRecord: client id, N_i, input shape)
 query.stats    ``config``                  ``stats`` (ArrayRecord: n, mean, m2) — own data only
 query.setup    ``config``, ``setup``       ``info``
-train (GCA)    ``config``                  ``codes`` (ArrayRecord with ONE array ``z``: ⌊ρ·N_i⌋ × d_z)
-train.align    ``config``, ``broadcast``   nothing (empty RecordDict)
-train (FL)     ``config``, ``arrays``      ``arrays`` (model), ``metrics`` (num-examples, local-steps)
+train[.step]   ``config`` [, the step's    the step's reply (``algorithms.Step``): an ArrayRecord under its
+               ``sends``]                  ``reply`` name, ``metrics`` if it has them, and on a method's
+                                           last step, when clients deploy their own models, ``evaluation``
+  GCA train    ``config``                  ``codes`` (ArrayRecord with ONE array ``z``: ⌊ρ·N_i⌋ × d_z)
+  train.align  ``config``, ``broadcast``   ``evaluation``
+  FL train     ``config``, ``arrays``      ``arrays`` (model), ``metrics`` (num-examples, local-steps)
 evaluate       ``config`` [, ``arrays``]   ``metrics`` (accuracy, auroc, auprc, ... per client)
 ============  ==========================  =========================================
 
@@ -34,15 +37,27 @@ CONFIG = "config"
 INFO = "info"
 STATS = "stats"
 SETUP = "setup"
-CODES = "codes"
-CODES_ARRAY = "z"
-BROADCAST = "broadcast"
 ARRAYS = "arrays"  # Flower strategies' default ArrayRecord key
 METRICS = "metrics"
+EVALUATION = "evaluation"  # a client's evaluation carried by its last step's reply
 
 STATE_MODEL = "fedgca.model"
 STATE_EVALS = "fedgca.evals"
 STATE_SETUP = "fedgca.setup"
+
+
+# ---------------------------------------------------------------------------- steps
+
+
+def step_message_type(method, step) -> str:
+    """A method's first step travels as ``train``, each later one as ``train.<name>``."""
+    return "train" if step == method.steps[0] else f"train.{step.name}"
+
+
+def step_of_message(method, message_type: str):
+    """The step a ``train[.<name>]`` message asks for."""
+    action = message_type.partition(".")[2]
+    return method.steps[0] if not action else method.step_named(action)
 
 
 # ---------------------------------------------------------------------------- config

@@ -1,20 +1,12 @@
 """Server-side orchestration of the fedgca Flower apps (the body of ``server_app.main``).
 
-One round of GCA over the Message API (SPEC §1):
-
-1. ``train`` to the sampled clients → each replies with its ⌊ρ·N_i⌋ codes;
-   a reply that is late, an error, or not exactly one finite float32 array of
-   shape (≤ ⌊ρ·N_i⌋, d_z) is dropped or rejected, with a log line;
-2. the server pools the accepted codes in client-id order and clusters them
-   (``gca.aggregate_codes``, seed ``int_seed(seed, "cluster", r)``);
-3. ``train.align`` with the centroids and counts to the clients whose upload
-   was accepted;
-4. ``evaluate`` to every registered client not dropped in this round.
-
-Parameter-sharing baselines run the simulator's server rule
-(``fedgca.protocol.server_rules.aggregate``: FedAvg, FedNova, DP-FedAvg with
-the same seeded noise) in the same robust exchange loop, so a Flower
-federation and the in-process simulator compute the same global models.
+What the ServerApp does for every method: registers the nodes (and, for own
+data, fits the preprocessing from their statistics), exchanges messages with a
+reply timeout (a late or failed reply drops its node for the round, with a log
+line), takes restarted nodes back, samples each round's clients as the
+simulator does, collects evaluations and writes the files. What a round is —
+its steps, what the server sends and does with the replies — is the method's
+(``fedgca.algorithms``), driven by ``fedgca.flower.rounds``.
 
 Everything the server sees is recorded under ``out-dir``: ``messages.jsonl``
 (every message sent and every reply received: records, array names,
@@ -289,45 +281,44 @@ class FlowerServer:
         mask = sampling.participants(self.cfg.seed, r, len(self.clients), self.cfg.participation)
         return [c for c, m in zip(self.clients, mask.tolist()) if m]
 
-    def evaluate(self, r: int, targets: list[Client], arrays: ArrayRecord | None = None) -> dict:
-        """Per-client metrics of the deployed models {client_id: MetricRecord-as-dict} (baselines: ``arrays``)."""
+    def evaluate(self, r: int, targets: list[Client], method, arrays: ArrayRecord | None = None) -> dict:
+        """Per-client metrics of the deployed models {client_id: metrics} (the server's model: ``arrays``)."""
         cfgrec = config_record(self.cfg, round=r)
         records = {CONFIG: cfgrec} if arrays is None else {ARRAYS: arrays, CONFIG: cfgrec}
         msgs = [self.message_to(c.node_id, "evaluate", r, **records) for c in targets]
         replies, _ = self.exchange("evaluate", r, msgs)
-        return self.read_evaluations("evaluate", r, targets, replies)
+        return self.read_evaluations("evaluate", r, targets, replies, METRICS, method)
 
-    def read_evaluations(self, kind: str, r: int, targets: list[Client], replies: dict) -> dict:
-        """{client_id: metrics} from evaluation replies (an ``evaluate`` reply, or GCA's ``train.align``
-        reply, which carries the end-of-round evaluation); a malformed one is rejected, naming the client."""
+    def read_evaluations(self, kind: str, r: int, targets: list[Client], replies: dict, record: str, method) -> dict:
+        """{client_id: metrics} from evaluation replies (an ``evaluate`` reply's ``metrics``, or the ``evaluation``
+        a last step's reply carries); a malformed one is rejected, naming the client. Besides the deployed model's
+        metrics, each of the method's evaluation points (``evaluation_points``) as a list over its epochs."""
         by_node = {c.node_id: c for c in targets}
+        phases = [p for p, _ in method.evaluation_points()]
         out = {}
         for node, rep in replies.items():
             c = by_node[node]
             try:
-                m = dict(rep.content[METRICS])
+                m = dict(rep.content[record])
                 out[c.client_id] = {k: m[k.replace("_", "-")] for k in METRIC_KEYS} | {
-                    f"{p}_{k}": list(m.get(f"{p}-{k.replace('_', '-')}", [])) for p in ("recon", "align")
-                    for k in METRIC_KEYS}
+                    f"{p}_{k}": list(m.get(f"{p}-{k.replace('_', '-')}", [])) for p in phases for k in METRIC_KEYS}
             except (KeyError, TypeError) as e:
                 self.reject(kind, r, c, f"malformed metrics ({e})")
         return out
 
-    def metric_rows(self, r: int, evals: dict, gcfg=None) -> list[dict]:
-        """Rows as the simulator's runner writes them; GCA adds one per reconstruction (alignment) epoch."""
+    def metric_rows(self, r: int, evals: dict, method) -> list[dict]:
+        """Rows as the simulator's runner writes them: one per evaluation point and epoch of the method (GCA: its
+        reconstruction and alignment epochs), then the round's."""
         if not evals:
             return []
         rows = []
-        # the paper evaluates GCA after every reconstruction epoch; without those evaluations, per round
-        paper = self.cfg.paper_phase  # per round when GCA does not evaluate its reconstruction epochs
-        if self.cfg.spec.family == "gca" and self.cfg.eval_recon_epochs:
-            for e in range(gcfg.recon_epochs):
-                rows.append(_row(r, "recon", e, {c: _epoch(v, "recon", e) for c, v in evals.items()}, paper))
-        if self.cfg.spec.family == "gca" and self.cfg.eval_align_epochs:
+        paper = self.cfg.paper_phase
+        for phase, epochs in method.evaluation_points():
             # --eval-align-clients client0: the weighting ablation's client alone (no row if it missed the round)
-            align = {c: v for c, v in evals.items() if self.cfg.eval_align_clients == "all" or c == ABLATION_CLIENT}
-            for e in range(gcfg.align_epochs) if align else ():
-                rows.append(_row(r, "align", e, {c: _epoch(v, "align", e) for c, v in align.items()}, paper))
+            chosen = {c: v for c, v in evals.items()
+                      if phase != "align" or self.cfg.eval_align_clients == "all" or c == ABLATION_CLIENT}
+            for e in range(epochs) if chosen else ():
+                rows.append(_row(r, phase, e, {c: _epoch(v, phase, e) for c, v in chosen.items()}, paper))
         rows.append(_row(r, "round", -1, evals, paper))
         return rows
 

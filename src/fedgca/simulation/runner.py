@@ -7,18 +7,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 
 from fedgca import rundir, runrecord
-from fedgca.config import ABLATION_CLIENT, EXECUTION_ONLY, RunConfig
+from fedgca.config import EXECUTION_ONLY, RunConfig
 from fedgca.data.source import DataSource, source_for
 from fedgca.detector import save_client_detectors
-from fedgca.evaluation.metrics import evaluate_clients, shard_scores
-from fedgca.evaluation.selection import validation_selected
-from fedgca.protocol.gca import upload_size
-from fedgca.protocol.sampling import num_participants
 from fedgca.rundir import CHECKPOINT, RunFileError
-from fedgca.simulation.classes import simulator
+from fedgca.simulation.driver import SimulatedMethod
 from fedgca.simulation.federation import Federation, build_federation
 from fedgca.simulation.reporting import summarise
 
@@ -48,21 +43,18 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
     _check_existing(out, cfg, resume)
     ckpt = _read_checkpoint(out) if resume and (out / CHECKPOINT).exists() else None
     fed = fed or build_federation(cfg, source or source_for(cfg.dataset, data_dir), dataset)
-    method = simulator(cfg.method)(fed)
-    k_note = _effective_k_note(cfg, fed)
+    method = SimulatedMethod(fed)
+    k_note = method.size_note
     if broker is not None:
         broker.attach(fed.clients)
 
     rows: list[dict] = []
     comm: list[dict] = []
     start_round, wall_before = 0, 0.0
-    selected = _Selection(fed.val_shards is not None)
     if ckpt is not None:
         try:
-            fed.clients.load_state_dict(ckpt["clients"])
-            method.load_state_dict(ckpt["method"])
+            method.restore(ckpt)
             rows, comm = list(ckpt["rows"]), list(ckpt["comm"])
-            selected.load_state_dict(ckpt.get("selected"))
             start_round, wall_before = int(ckpt["round"]) + 1, float(ckpt["wall"])
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
             raise RunFileError(f"{out / CHECKPOINT}: does not belong to this run's models "
@@ -82,22 +74,10 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
     metrics = rundir.MetricsWriter(out)
     t0 = _clock(broker)
     for r in range(start_round, cfg.rounds):
-        part = fed.participants(r)
-
-        def evaluate(phase: str, epoch: int, r=r) -> None:
-            rows.append(_evaluate(fed, method, r, phase, epoch))
-            bar.set(r, phase, epoch)
-
-        record = method.run_round(r, part, evaluate)
-        evaluate("round", -1)
-        selected.offer(r, rows, method.deployed_clients())
-        comm.append({"round": r, "bytes_up": record.bytes_up, "bytes_down": record.bytes_down,
-                     "uploads": record.uploads, "participants": record.participants, **record.extra})
+        comm.append(method.play_round(r, rows, bar.set))
         wall = wall_before + _own_seconds(t0, fed, broker)
         metrics.write(rows)
-        rundir.save_checkpoint(out, {"clients": fed.clients.state_dict(), "method": method.state_dict(),
-                                     "rows": rows, "comm": comm, "round": r, "wall": wall,
-                                     "selected": selected.state_dict()})
+        rundir.save_checkpoint(out, {**method.checkpoint(), "rows": rows, "comm": comm, "round": r, "wall": wall})
         bar.done_round(r, rows[-1])
     bar.close()
 
@@ -105,7 +85,7 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
     summary = summarise(cfg, fed, method, rows, comm, wall)
     if k_note:
         summary["k_note"] = k_note
-    names = save_client_detectors(out, fed, method, selected.deploy(method.deployed_clients(), cfg.rounds))
+    names = save_client_detectors(out, fed, method, method.deploy_selected())
     test_rows = runrecord.test_rows_text(fed.dataset)
     if test_rows is not None:
         rundir.atomic_write_text(out / rundir.TEST_ROWS, test_rows)
@@ -128,95 +108,12 @@ def _own_seconds(t0: float, fed: Federation, broker) -> float:
     return time.perf_counter() - t0 if broker is None else broker.own_seconds(fed.clients, time.thread_time() - t0)
 
 
-class _Selection:
-    """The deployed models of the round a run selects without test labels (``evaluation.selection``'s rule),
-    kept so that the saved detectors are the selected ones. Without a validation split the final round is the
-    selected one and nothing is kept."""
-
-    def __init__(self, active: bool):
-        self.active, self.round, self.params = active, None, None
-
-    def offer(self, r: int, rows: list[dict], deployed) -> None:
-        """After round ``r``'s evaluation: keep its models if the rule now selects it."""
-        if self.active and validation_selected(rows)["round"] == r + 1:
-            self.round = r
-            self.params = {k: v.detach().clone() for k, v in deployed.params.items()}
-
-    def deploy(self, deployed, rounds: int) -> int:
-        """Load the selected round's parameters into ``deployed`` (the run is over); returns that round (1-based)."""
-        if self.params is None or self.round == rounds - 1:
-            return rounds
-        with torch.no_grad():
-            for k, v in deployed.params.items():
-                v.copy_(self.params[k])
-        return self.round + 1
-
-    def state_dict(self) -> dict:
-        return {} if self.params is None else {"round": self.round, "params": self.params}
-
-    def load_state_dict(self, state) -> None:
-        if state:
-            self.round, self.params = int(state["round"]), dict(state["params"])
-
-
 def _read_checkpoint(out: Path) -> dict:
     path = rundir.verify(out, CHECKPOINT)
     ckpt = rundir.load_tensors(path, expect_keys=("clients", "method", "rows", "comm", "round", "wall"))
     if not isinstance(ckpt["rows"], list) or not isinstance(ckpt["comm"], list) or not isinstance(ckpt["round"], int):
         raise RunFileError(f"{path}: not a fedgca checkpoint (rows, comm or round of the wrong type)")
     return ckpt
-
-
-def _effective_k_note(cfg: RunConfig, fed: Federation) -> str | None:
-    """GCA clusters at most as many codes as the clients upload; say so when K asks for more."""
-    if not cfg.spec.family == "gca":
-        return None
-    # the most codes a round can bring: the ⌊φC⌋ largest uploads (all of them when φ = 1)
-    sizes = sorted((upload_size(int(n), cfg.rho) for n in fed.shards.sizes), reverse=True)
-    per_round = sum(sizes[:num_participants(cfg.participation, fed.num_clients)])
-    if per_round == 0:
-        raise ValueError(f"--rho {cfg.rho}: no client uploads a code (⌊ρ·N_i⌋ = 0 for every client); "
-                         "raise --rho")
-    if cfg.k > per_round:
-        return (f"--k {cfg.k} exceeds the {per_round} codes uploaded per round; each round clusters at most "
-                f"{per_round} (the broadcast K per round is in comm.json: broadcast_k)")
-    return None
-
-
-def _evaluate(fed: Federation, method, r: int, phase: str, epoch: int) -> dict:
-    clients = method.deployed_clients()
-    shards = method.deployed_shards() if hasattr(method, "deployed_shards") else fed.shards
-    val_shards = method.deployed_val_shards() if hasattr(method, "deployed_val_shards") else fed.val_shards
-    ids = None
-    if phase == "align" and fed.cfg.eval_align_clients == "client0":  # the weighting ablation's client alone
-        ids = [ABLATION_CLIENT]
-        clients, shards = clients.slot_view(ABLATION_CLIENT), shards.only(ABLATION_CLIENT)
-        val_shards = val_shards.only(ABLATION_CLIENT) if val_shards is not None else None
-    val = shard_scores(clients, val_shards) if val_shards is not None else None  # scored once: τ and val_error
-    tau_scores = val if fed.cfg.threshold == "val-quantile" else None
-    one_model = method.deploys_one_model and phase == "round"  # "local": the pre-aggregation models differ
-    if fed.client_tests is not None:  # per-site test sets: each client on its own rows, as a Flower node
-        per_client = _evaluate_own_tests(fed, clients, shards, tau_scores, ids or range(shards.num_clients))
-    else:
-        res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, fed.cfg.quantile, tau_scores,
-                               one_model=one_model)
-        per_client = dict(res["per_client"])
-    per_client["val_error"] = [float(s.mean()) for s in val] if val is not None else [float("nan")]
-    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=fed.cfg.paper_phase,
-                                client_ids=ids)
-
-
-def _evaluate_own_tests(fed: Federation, clients, shards, tau_scores, ids) -> dict[str, list]:
-    """Per-client metrics, each client's model on its own test rows: the computation a Flower node makes
-    (``fedgca.flower.client_app._metrics``) for each slot, so both drivers write the same metrics.csv."""
-    out: dict[str, list] = {}
-    for slot, i in enumerate(ids):
-        x, y = fed.client_tests[i]
-        res = evaluate_clients(clients.slot_view(slot), shards.only(slot), x, y, fed.cfg.quantile,
-                               None if tau_scores is None else [tau_scores[slot]])
-        for k, v in res["per_client"].items():
-            out.setdefault(k, []).append(v[0])
-    return out
 
 
 def _check_existing(out: Path, cfg: RunConfig, resume: bool) -> None:
