@@ -39,7 +39,8 @@ from fedgca.experiments import cost  # noqa: E402
 from fedgca.protocol import gca  # noqa: E402
 from fedgca.protocol.clustering import ClusterSummary  # noqa: E402
 from fedgca.algorithms import method_class  # noqa: E402
-from fedgca.simulation.driver import SimulatedMethod  # noqa: E402
+from fedgca.simulation import evaluation  # noqa: E402
+from fedgca.simulation.driver import Simulation  # noqa: E402
 from fedgca.simulation.federation import build_federation  # noqa: E402
 from fedgca.threads import limit_threads  # noqa: E402
 from fedgca.training import gca as gca_training  # noqa: E402
@@ -62,7 +63,7 @@ def components(cfg: RunConfig, data_dir, engine: str) -> dict:
     fed = build_federation(cfg, data_dir)
     if engine == "vmap":
         use_vmap(fed.clients)
-    method = SimulatedMethod(fed)
+    method = Simulation(fed)
     g, part, ids = method.method.gcfg, fed.participants(0), range(fed.num_clients)
     out = {"fed": fed, "g": g}
     out["recon"] = timed(lambda: gca_training.reconstruction_epoch(
@@ -74,10 +75,10 @@ def components(cfg: RunConfig, data_dir, engine: str) -> dict:
     summary = ClusterSummary(box["s"].centroids, box["s"].counts)
     out["align"] = timed(lambda: gca_training.alignment_epoch(
         fed.clients, fed.shards, seeding.client_rngs(0, "align", (0, 0), ids), g, summary, part))
-    out["eval"] = timed(lambda: method.evaluate(0, "round", -1))
+    out["eval"] = timed(lambda: evaluation.metric_row(method.deployed, 0, "round", -1))
     # FedAvg's round on the same federation: its evaluation scores the test set once, with the global model
-    fedavg = SimulatedMethod(fed, method_class("fedavg")(fed.cfg, fed.dataset.kind, fed.shards.sizes))
-    out["eval_one"] = timed(lambda: fedavg.evaluate(0, "round", -1))
+    fedavg = Simulation(fed, method_class("fedavg")(fed.cfg, fed.dataset.kind, fed.shards.sizes))
+    out["eval_one"] = timed(lambda: evaluation.metric_row(fedavg.deployed, 0, "round", -1))
     out["codes"], out["k_kept"] = sum(len(u) for u in uploads), box["s"].centroids.shape[0]
     return out
 

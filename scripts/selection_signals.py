@@ -80,8 +80,7 @@ def _measure(fed, method, seed: int, r: int) -> dict:
     from fedgca.devices import to_numpy
     from fedgca.evaluation.metrics import auroc_rows, shard_scores, shared_scores
 
-    clients = method.deployed_clients()
-    val_shards = method.deployed_val_shards() if hasattr(method, "deployed_val_shards") else fed.val_shards
+    clients, val_shards = method.deployed.clients, method.deployed.val_shards
     n = val_shards.num_clients
     val = shard_scores(clients, val_shards)
     test = to_numpy(shared_scores(clients, fed.test_x))[:n]
@@ -106,7 +105,7 @@ def measure_run(path: str, options: dict, out: str) -> str:
     from fedgca.binding import bind
     from fedgca.data.source import open_source
     from fedgca.rundir import atomic_write_text
-    from fedgca.simulation.driver import SimulatedMethod
+    from fedgca.simulation.driver import Simulation
     from fedgca.simulation.federation import build_federation
     from fedgca.threads import limit_threads
 
@@ -116,13 +115,13 @@ def measure_run(path: str, options: dict, out: str) -> str:
     fed = build_federation(cfg, source, dataset)
     if fed.val_shards is None:
         raise ValueError(f"{path}: no validation split (--val-fraction 0): nothing for a signal to read")
-    method = SimulatedMethod(fed)
+    method = Simulation(fed)
     rounds = [_measure(fed, method, cfg.seed, 0)]
     for r in range(cfg.rounds):
-        method.run_round(r, fed.participants(r), lambda phase, epoch: None)
+        method.run_round(r, lambda phase, epoch: None)
         rounds.append(_measure(fed, method, cfg.seed, r + 1))
     doc = {"file": Path(path).stem, "method": cfg.method, "seed": cfg.seed, "partition": cfg.partition,
-           "shared_model": bool(method.deploys_one_model or cfg.spec.pooled), "clients": cfg.clients,
+           "shared_model": bool(method.deployed.one_model or cfg.spec.pooled), "clients": cfg.clients,
            "rounds": rounds}
     atomic_write_text(Path(out), json.dumps(doc))
     return out

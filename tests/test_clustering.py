@@ -268,7 +268,7 @@ def test_gmm_warm_start_starts_each_round_at_the_previous_broadcast(tmp_path, da
             pass
 
     with monkeypatch.context() as m:
-        m.setattr(runner, "_progress", lambda *a, **k: StopAfterRound2())
+        m.setattr(runner, "_Progress", lambda *a, **k: StopAfterRound2())
         with pytest.raises(Stop):
             runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False)
     runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False, resume=True)

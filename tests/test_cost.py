@@ -17,7 +17,7 @@ from fedgca.experiments import cost
 @pytest.fixture()
 def counted(monkeypatch):
     import fedgca.evaluation.metrics as metrics
-    import fedgca.simulation.driver as driver
+    import fedgca.simulation.evaluation as sim_evaluation
     import fedgca.training.gca as gca_training
     import fedgca.training.local as local
 
@@ -46,7 +46,7 @@ def counted(monkeypatch):
         monkeypatch.setattr(mod, "run_epoch", count_epoch(mod.run_epoch))
     monkeypatch.setattr(metrics, "shared_scores", count_shared(metrics.shared_scores))
     monkeypatch.setattr(metrics, "shard_scores", count_shards(metrics.shard_scores))
-    monkeypatch.setattr(driver, "shard_scores", count_shards(driver.shard_scores))
+    monkeypatch.setattr(sim_evaluation, "shard_scores", count_shards(sim_evaluation.shard_scores))
     return rows
 
 

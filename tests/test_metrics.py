@@ -8,8 +8,8 @@ from fedgca.evaluation.metrics import (
     auroc_rows,
     average_precision_rows,
     detection_metrics,
-    quantile_thresholds,
 )
+from fedgca.evaluation.threshold import quantile_thresholds
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -137,7 +137,11 @@ def test_one_global_model_is_scored_once_with_the_same_result(data_dir):
 def test_a_thresholds_flag_rate_from_few_rows_matches_brute_force(n):
     """The flag rate a τ from n validation scores gives on new normal rows (mean and spread over clients),
     against brute force: 40,000 clients with n uniform scores each, τ by fedgca's quantile rule, F(τ) = τ."""
-    from fedgca.evaluation.metrics import FEW_THRESHOLD_ROWS, few_threshold_rows, threshold_flag_rate
+    from fedgca.evaluation.threshold import (
+        FEW_THRESHOLD_ROWS,
+        few_threshold_rows,
+        threshold_flag_rate,
+    )
 
     tau = np.quantile(np.random.default_rng(0).random((40000, n)), 0.75, axis=1)
     mean, sd = threshold_flag_rate(n, 0.75)

@@ -106,7 +106,8 @@ def test_flower_refuses_local_evaluation():
 def test_validation_threshold(tmp_path, data_dir):
     """--threshold val-quantile: τ_i is the quantile of client i's validation scores; only τ changes."""
     from fedgca.detector import load_client_detector
-    from fedgca.evaluation.metrics import quantile_threshold, shard_scores
+    from fedgca.evaluation.metrics import shard_scores
+    from fedgca.evaluation.threshold import quantile_threshold
 
     with pytest.raises(ValueError, match="--val-fraction"):
         RunConfig(dataset="academic", threshold="val-quantile").resolved()

@@ -32,7 +32,7 @@ def test_no_test_label_or_test_row_reaches_a_signal(data_dir, monkeypatch):
     noise: every signal is the same to the last bit; only the oracle moved."""
     from fedgca.binding import bind
     from fedgca.data.source import open_source
-    from fedgca.simulation.driver import SimulatedMethod
+    from fedgca.simulation.driver import Simulation
     from fedgca.simulation.federation import build_federation
 
     source = open_source(data_dir / "adbench" / "42_WBC.npz")
@@ -44,9 +44,9 @@ def test_no_test_label_or_test_row_reaches_a_signal(data_dir, monkeypatch):
             rng = np.random.default_rng(1)
             fed.dataset.test_y = rng.permutation(fed.dataset.test_y)
             fed.test_x = fed.test_x[rng.permutation(len(fed.test_x))] * 3.0
-        method = SimulatedMethod(fed)
+        method = Simulation(fed)
         rows = [sig._measure(fed, method, cfg.seed, 0)]
-        method.run_round(0, fed.participants(0), lambda phase, epoch: None)
+        method.run_round(0, lambda phase, epoch: None)
         rows.append(sig._measure(fed, method, cfg.seed, 1))
         measured.append(rows)
     for clean, tampered in zip(*measured):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from fedgca import devices, rundir
-from fedgca.evaluation.metrics import quantile_threshold
+from fedgca.evaluation.threshold import quantile_threshold
 from fedgca.models import build_model
 from fedgca.protocol.losses import reconstruction_per_row
 
@@ -200,13 +200,13 @@ def load_client_detector(run_dir, i: int, device="cpu") -> "AnomalyDetector":
     return AnomalyDetector.load(client_dir(run_dir, i), run_dir=Path(run_dir), device=device)
 
 
-def save_client_detectors(run_dir, fed, method, round_: int | None = None) -> list[str]:
+def save_client_detectors(run_dir, fed, clients, round_: int | None = None) -> list[str]:
     """One detector per client: its deployed model — the final round's, or with a validation split the selected
     round's (``round_``, 1-based) — threshold on its own training (or validation) rows.
 
-    Returns the written files relative to ``run_dir`` (for the manifest).
+    ``clients``: the stacked deployed models. Returns the written files relative to ``run_dir`` (for the manifest).
     """
-    clients, written, run_dir = method.deployed_clients(), [], Path(run_dir)
+    written, run_dir = [], Path(run_dir)
     for i in range(fed.num_clients):
         slot = min(i, clients.num_clients - 1)  # centralized: one model for everyone
         model = clients.client_model(slot, fed.template)

@@ -1,13 +1,12 @@
 """Scores, per-client thresholds and detection metrics (SPEC §5), for all clients in one pass."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from torch import Tensor
 
 from fedgca.devices import to_numpy
+from fedgca.evaluation.threshold import quantile_thresholds
 from fedgca.protocol.losses import reconstruction_per_row
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import StackedModels
@@ -48,47 +47,6 @@ def shared_scores(clients: StackedModels, x: Tensor) -> Tensor:
 def shard_scores(clients: StackedModels, shards: ClientShards) -> list[np.ndarray]:
     """Each client's scores on its own rows (no padding is scored)."""
     return [to_numpy(_scores(clients, i, shards.client(i))) for i in range(shards.num_clients)]
-
-
-def quantile_threshold(train_scores: np.ndarray, q: float = 0.75) -> float:
-    """τ = the q-quantile of a client's training scores (numpy's linear interpolation): SPEC §5's one rule."""
-    return float(np.quantile(train_scores, q))
-
-
-# below this many validation rows a client's τ cannot keep its promise to ±10 pp (its flag rate's sd ≥ 9 pp)
-FEW_THRESHOLD_ROWS = 20
-
-
-def threshold_flag_rate(n: int, q: float = 0.75) -> tuple[float, float]:
-    """(mean, sd) over clients of the share of new normal rows flagged by τ = the q-quantile (linear
-    interpolation) of n exchangeable validation scores: F(τ) = (1−w)·U_(k) + w·U_(k+1) for uniform order
-    statistics (h = q(n−1), k = ⌊h⌋+1, w = h − ⌊h⌋), whose means and covariances are Beta moments."""
-    h = q * (n - 1)
-    k, w = int(math.floor(h)) + 1, h - math.floor(h)
-    j = min(k + 1, n)
-
-    def cov(a: int, b: int) -> float:  # Cov(U_(a), U_(b)), a ≤ b
-        return a * (n + 1 - b) / ((n + 1) ** 2 * (n + 2))
-
-    mean = ((1 - w) * k + w * j) / (n + 1)
-    var = (1 - w) ** 2 * cov(k, k) + w ** 2 * cov(j, j) + 2 * w * (1 - w) * cov(k, j)
-    return 1 - mean, math.sqrt(var)
-
-
-def few_threshold_rows(sizes, q: float = 0.75) -> str | None:
-    """One line when the smallest client's τ comes from fewer than ``FEW_THRESHOLD_ROWS`` scores, else None."""
-    n = int(min(sizes))
-    if n >= FEW_THRESHOLD_ROWS:
-        return None
-    rate, sd = threshold_flag_rate(n, q)
-    return (f"a client's threshold comes from {n} validation rows: predict() will flag about "
-            f"{100 * rate:.0f} % of new normal rows (not {100 * (1 - q):.0f} %), ± {100 * sd:.0f} pp from "
-            f"client to client; a larger --val-fraction or fewer --clients give it {FEW_THRESHOLD_ROWS}+ rows")
-
-
-def quantile_thresholds(train_scores: list[np.ndarray], q: float = 0.75) -> np.ndarray:
-    """τ_i for each client (``quantile_threshold`` per client)."""
-    return np.array([quantile_threshold(s, q) for s in train_scores])
 
 
 def mean_error(per_client_means) -> float:
@@ -189,18 +147,24 @@ def average_precision_rows(scores: np.ndarray, y: np.ndarray, order: np.ndarray 
 def evaluate_clients(
     clients: StackedModels, shards: ClientShards, test_x: Tensor, test_y: np.ndarray, q: float,
     threshold_scores: list[np.ndarray] | None = None, one_model: bool = False,
+    val_shards: ClientShards | None = None, tau_on_val: bool = False,
 ) -> dict:
     """Thresholds on each client's own training rows (or on ``threshold_scores``, e.g. its validation rows'
     scores, which the caller already has), then metrics on the shared test set.
 
-    ``one_model``: every slot holds the same model (a parameter-sharing baseline's global model), so the
-    test set is scored once, not once per client; only the thresholds differ.
+    ``val_shards``: the clients' validation rows, scored here (``result["val_scores"]``) and, with
+    ``tau_on_val``, the rows τ is set on. ``one_model``: every slot holds the same model (a parameter-sharing
+    baseline's global model), so the test set is scored once, not once per client; only the thresholds differ.
     """
+    val = shard_scores(clients, val_shards) if val_shards is not None else None
     train = shard_scores(clients, shards)
+    if tau_on_val:
+        threshold_scores = val
     thresholds = quantile_thresholds(train if threshold_scores is None else threshold_scores, q)
     scorer = clients.slot_view(0) if one_model else clients
     result = detection_metrics(to_numpy(shared_scores(scorer, test_x)), test_y, thresholds)
     result["per_client"]["train_error"] = [float(s.mean()) for s in train]
     result["train_error"] = mean_error(result["per_client"]["train_error"])
     result["thresholds"] = thresholds.tolist()
+    result["val_scores"] = val
     return result

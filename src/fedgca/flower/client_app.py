@@ -31,12 +31,9 @@ from fedgca import devices, privacy
 from fedgca.algorithms import ClientWork, later_step_names, method_for
 from fedgca.config import ABLATION_CLIENT
 from fedgca.data.encoding import released_stats
-from fedgca.evaluation.metrics import (
-    evaluate_clients,
-    quantile_threshold,
-    shard_scores,
-)
+from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
+from fedgca.evaluation.threshold import quantile_threshold
 from fedgca.flower import data as node_data
 from fedgca.flower import owndata
 from fedgca.flower.records import (

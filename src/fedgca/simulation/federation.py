@@ -14,7 +14,7 @@ from fedgca.config import RunConfig
 from fedgca.data import DataError, DataSource
 from fedgca.data.dataset import FederatedDataset
 from fedgca.data.partition import check_per_site, client_splits
-from fedgca.evaluation.metrics import few_threshold_rows
+from fedgca.evaluation.threshold import few_threshold_rows
 from fedgca.models import build_model, init_model, param_count
 from fedgca.protocol import sampling
 from fedgca.training.loop import ClientShards

@@ -1,0 +1,63 @@
+"""The simulator's evaluation of deployed models: one metric row over every client (SPEC §5), the computation
+each Flower node makes for itself (``fedgca.flower.client_app._metrics``), so both drivers write the same
+metrics.csv."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from fedgca import runrecord
+from fedgca.config import ABLATION_CLIENT
+from fedgca.evaluation.metrics import evaluate_clients, shard_scores
+
+
+@dataclass
+class Deployed:
+    """What a run's clients deploy and are evaluated on: their models, the rows τ is set on (a pooled method's:
+    all clients' rows), whether every slot holds one model (the test set is then scored once)."""
+
+    fed: object  # simulation.federation.Federation
+    clients: object  # training.stacked.StackedModels
+    shards: object
+    val_shards: object
+    one_model: bool
+
+
+def metric_row(d: Deployed, r: int, phase: str, epoch: int) -> dict:
+    """A metric row: every client's deployed model, τ on its training or validation rows."""
+    fed, cfg = d.fed, d.fed.cfg
+    clients, shards, val_shards = d.clients, d.shards, d.val_shards
+    ids = None
+    if phase == "align" and cfg.eval_align_clients == "client0":  # the weighting ablation's client alone
+        ids = [ABLATION_CLIENT]
+        clients, shards = clients.slot_view(ABLATION_CLIENT), shards.only(ABLATION_CLIENT)
+        val_shards = val_shards.only(ABLATION_CLIENT) if val_shards is not None else None
+    if fed.client_tests is None:  # one shared test set
+        one_model = d.one_model and phase == "round"  # "local": the pre-aggregation models differ
+        res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, cfg.quantile, one_model=one_model,
+                               val_shards=val_shards, tau_on_val=cfg.threshold == "val-quantile")
+        per_client, val = dict(res["per_client"]), res["val_scores"]  # validation rows scored once: τ, val_error
+    else:  # per-site test sets: each client on its own rows, as a Flower node
+        val = shard_scores(clients, val_shards) if val_shards is not None else None
+        tau_scores = val if cfg.threshold == "val-quantile" else None
+        per_client = {}
+        for slot, i in enumerate(ids or range(shards.num_clients)):
+            x, y = fed.client_tests[i]
+            res = evaluate_clients(clients.slot_view(slot), shards.only(slot), x, y, cfg.quantile,
+                                   None if tau_scores is None else [tau_scores[slot]])
+            for k, v in res["per_client"].items():
+                per_client.setdefault(k, []).append(v[0])
+    per_client["val_error"] = [float(s.mean()) for s in val] if val is not None else [float("nan")]
+    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=cfg.paper_phase, client_ids=ids)
+
+
+def record(d: Deployed, r: int, rows: list[dict], progress, phase: str, epoch: int) -> None:
+    """Round ``r``'s evaluation at (phase, epoch) appended to ``rows``; ``progress(r, phase, epoch)`` told."""
+    rows.append(metric_row(d, r, phase, epoch))
+    if progress is not None:
+        progress(r, phase, epoch)
+
+
+def recorder(d: Deployed, r: int, rows: list[dict], progress=None):
+    """``evaluate(phase, epoch)`` for round ``r`` (what a method calls where it evaluates): ``record``."""
+    return functools.partial(record, d, r, rows, progress)
