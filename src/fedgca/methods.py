@@ -86,5 +86,11 @@ register(MethodSpec("gca", "GCA", "gca", _GCA, flower=True, attack="latent", pap
 # Beyond the paper: record-level DP (docs/DP.md), DP-GCA and its matched parameter-sharing baseline.
 register(MethodSpec("dpsgd-fedavg", "DP-SGD-FedAvg", "parameter-sharing", _SHARING | _RECORD_DP, flower=True,
                     attack="white-box", server_rule="fedavg", record_dp=True, in_paper=False))
+# Secure aggregation (Flower's SecAgg+): the server learns only the weighted mean of the models (algorithms/secure.py);
+# nothing per client is left to attack (the mean is what every client receives).
+register(MethodSpec("secagg-fedavg", "SecAgg-FedAvg", "parameter-sharing", _SHARING, flower=True, attack=None,
+                    server_rule="fedavg", in_paper=False))
+register(MethodSpec("secagg-fedprox", "SecAgg-FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"},
+                    flower=True, attack=None, server_rule="fedavg", client_term="proximal", in_paper=False))
 register(MethodSpec("dpgca", "DP-GCA", "gca", _GCA | _RECORD_DP | {"dp_code_clip", "dp_code_sigma"}, flower=True,
                     attack="latent", paper_phase="recon", record_dp=True, in_paper=False))

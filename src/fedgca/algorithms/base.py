@@ -37,13 +37,19 @@ class Step:
 
     ``sends``: the name under which the server's payload travels (None: the step's message carries only the
     configuration); ``reply``: the name of the arrays a client replies with (None: no arrays); ``metrics``: the
-    reply carries scalars (sample counts, local steps).
+    reply carries scalars (sample counts, local steps); ``summed``: the server never receives a client's reply
+    arrays, only their weighted mean over the clients (weights: ``num-examples``), through Flower's SecAgg+
+    (``protocol.secagg``) — ``aggregate`` then gets one Reply under ``SUMMED``.
     """
 
     name: str
     sends: str | None = None
     reply: str | None = None
     metrics: bool = False
+    summed: bool = False
+
+
+SUMMED = -1  # the key of a summed step's one reply: the mean over the clients, no client's own
 
 
 @dataclass

@@ -57,7 +57,14 @@ from fedgca.flower.records import (
     stacked_state_record,
     step_of_message,
 )
+from fedgca.flower.secagg import (
+    LEGACY_CONFIG,
+    legacy_reply,
+    legacy_step,
+    secure_aggregation,
+)
 from fedgca.models import init_model
+from fedgca.protocol import secagg
 from fedgca.threads import DEFAULT_TORCH_THREADS
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import AdamConfig, StackedModels
@@ -79,14 +86,15 @@ def torch_threads(msg: Message, context: Context, call_next) -> Message:
     return call_next(msg, context)
 
 
-app = ClientApp(mods=[torch_threads])
+app = ClientApp(mods=[torch_threads, secure_aggregation])
 
 
 # ---------------------------------------------------------------------------- helpers
 
 
-def _node(msg: Message, context: Context):
-    cfg = run_config_from_record(msg.content[CONFIG])
+def _node(msg: Message, context: Context, cfgrec=None):
+    """The run's config (from the message, or ``cfgrec``) and this node's data."""
+    cfg = run_config_from_record(msg.content[CONFIG] if cfgrec is None else cfgrec)
     nc = dict(context.node_config)
     cid = node_data.client_id_of(nc, context.node_id)
     if node_data.source_of(nc) == "builtin":
@@ -205,9 +213,11 @@ def train(msg: Message, context: Context) -> Message:
     """One step of the run's method (``fedgca.algorithms``) on this client: the server's payload in, the step's
     reply out — nothing else leaves the node. The last step of a method whose clients deploy their own models
     carries this round's evaluation (a GCA round is two exchanges, not three)."""
-    cfg, node = _node(msg, context)
+    legacy = LEGACY_CONFIG in msg.content.config_records  # SecAgg+'s collect stage: FitIns in, FitRes out
+    cfgrec, payload = legacy_step(msg.content) if legacy else (msg.content[CONFIG], None)
+    cfg, node = _node(msg, context, cfgrec)
     method = _method(cfg, node)
-    step, r = step_of_message(method, msg.metadata.message_type), _round(msg)
+    step, r = step_of_message(method, msg.metadata.message_type), int(cfgrec["round"])
     clients = _clients(context, cfg, node)
     evals = _pending(context, r) if step != method.steps[0] else {"round": r}
 
@@ -218,11 +228,17 @@ def train(msg: Message, context: Context) -> Message:
 
     received = None
     if step.sends:  # writable copies: the method trains on them
-        received = {k: np.array(v, copy=True) for k, v in numpy_dict(msg.content[step.sends]).items()}
+        received = payload if legacy else numpy_dict(msg.content[step.sends])
+        received = {k: np.array(v, copy=True) for k, v in received.items()}
     work = ClientWork(cfg, clients, _shards(node, cfg), ONE, [node.client_id], evaluate)
-    reply = method.client(step, r, work, received)[0]
+    replies = method.client(step, r, work, received)
+    if not replies:
+        raise RuntimeError(f"client {node.client_id} refused to send its {step.name} reply (not finite)")
+    reply = replies[0]
     _save(context, clients)
     context.state[STATE_EVALS] = json_record(evals)
+    if step.summed:  # only secaggplus_mod sees it, and sends it masked
+        return legacy_reply(msg, reply.arrays, reply.metrics, secagg.rounding_seed(cfg.seed, r, node.client_id))
     records = {}
     if step.reply:
         records[step.reply] = array_record(reply.arrays)

@@ -15,7 +15,8 @@ import time
 from flwr.serverapp import Grid
 
 from fedgca import methods, privacy, rundir, runrecord
-from fedgca.algorithms import method_for
+from fedgca.algorithms import Reply, method_for
+from fedgca.algorithms.base import SUMMED
 from fedgca.config import RunConfig
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.records import (
@@ -26,8 +27,10 @@ from fedgca.flower.records import (
     payload_bytes,
     step_message_type,
 )
+from fedgca.flower.secagg_server import summed_exchange
 from fedgca.flower.server import FlowerServer
 from fedgca.flower.validation import decode_reply
+from fedgca.protocol import secagg
 from fedgca.protocol.gca import UploadError
 
 log = logging.getLogger("fedgca.flower")
@@ -50,6 +53,23 @@ def run_rounds(server: FlowerServer) -> dict:
         for i, step in enumerate(method.steps):
             ts, kind = time.perf_counter(), step_message_type(method, step)
             sent = method.send(step, r)
+            if step.summed:  # SecAgg+: the server receives masked vectors and their mean, no client's reply
+                mean, summed, lost = summed_exchange(server, r, targets, sent, dict(cfgrec), method.secagg)
+                failures.update(lost)
+                comm["bytes_down"] += len(targets) * Reply(sent).nbytes
+                comm["bytes_up"] += len(summed) * secagg.masked_bytes(sent)
+                comm["uploads"] += len(summed)
+                accepted_by_step[step.name] = summed
+                took_part = took_part if i else summed
+                targets = [c for c in targets if c.client_id in summed]
+                if mean is not None:
+                    method.aggregate(step, r, {SUMMED: Reply(mean, {"clients": len(summed)})})
+                phase_seconds[step.name] = round(time.perf_counter() - ts, 4)
+                if mean is None:
+                    log.warning("round %d %s: secure aggregation did not complete (fewer clients than its threshold); "
+                                "the global model is unchanged", r + 1, step.name)
+                    break
+                continue
             records = {CONFIG: cfgrec} if sent is None else {CONFIG: cfgrec, step.sends: array_record(sent)}
             msgs = [server.message_to(c.node_id, kind, r, **records) for c in targets]
             comm["bytes_down"] += sum(payload_bytes(m.content) for m in msgs)

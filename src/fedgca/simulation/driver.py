@@ -17,8 +17,10 @@ import torch
 
 from fedgca import devices
 from fedgca.algorithms import ClientWork, FederatedMethod, method_for
+from fedgca.algorithms.base import SUMMED
 from fedgca.detector import save_client_detectors
 from fedgca.evaluation.selection import validation_selected
+from fedgca.protocol import secagg
 from fedgca.protocol.gca import UploadError
 from fedgca.rundir import CHECKPOINT, RunFileError
 from fedgca.simulation import evaluation
@@ -101,12 +103,14 @@ class Simulation:
                     accepted[slot] = method.check(step, reply, int(self.shards.sizes[slot]), fed.latent_dim)
                 except UploadError as e:  # a client's own computation can diverge (NaN): rejected, as on Flower
                     log.warning("round %d %s: rejected the reply of client %d: %s", r + 1, step.name, slot, e)
-            record["bytes_up"] += sum(_nbytes(a.arrays) for a in accepted.values())
+            record["bytes_up"] += (len(accepted) * secagg.masked_bytes(sent) if step.summed
+                                   else sum(_nbytes(a.arrays) for a in accepted.values()))
             record["uploads"] += method.uploads(step, accepted)
             if not accepted:
                 log.warning("round %d %s: no valid reply; the rest of the round is skipped", r + 1, step.name)
                 break
-            method.aggregate(step, r, accepted)
+            # a summed step: the server gets what SecAgg+ returns, the clients' weighted mean, and no reply alone
+            method.aggregate(step, r, {SUMMED: method.summed_reply(r, accepted)} if step.summed else accepted)
             targets = torch.zeros_like(targets)
             targets[sorted(accepted)] = True
         if method.deploys_global:

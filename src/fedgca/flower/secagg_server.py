@@ -1,0 +1,102 @@
+"""A summed step on the Flower ServerApp: Flower's own SecAgg+ (``SecAggPlusWorkflow``) carries the clients'
+replies, and the ServerApp receives only masked vectors and their unmasked mean.
+
+The workflow is Flower's legacy-strategy one: it asks a strategy which clients to train (``_Summed`` answers with
+the step's clients and payload as legacy ``FitIns``) and hands the strategy the mean at the end. Its four stages
+(setup, share keys, collect masked vectors, unmask) travel through ``FlowerServer.exchange``, so every message is
+recorded (messages.jsonl) and a node that does not answer in time is dropped; the protocol recovers the masks of
+clients that dropped after sharing their keys while ``reconstruction_threshold`` shares remain.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import Key
+from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import Strategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+
+from fedgca.devices import to_numpy
+from fedgca.flower.secagg import CONFIG_JSON, NAMES, SECAGG
+from fedgca.protocol import secagg
+
+log = logging.getLogger("fedgca.flower")
+
+
+class _Summed(Strategy):
+    """The legacy strategy SecAggPlusWorkflow asks: the step's clients and payload; it keeps the mean."""
+
+    def __init__(self, proxies, payload: list[np.ndarray], config: dict):
+        self.proxies, self.payload, self.config = proxies, payload, config
+        self.mean, self.summed_nodes = None, []
+
+    def configure_fit(self, server_round, parameters, client_manager):
+        fitins = FitIns(ndarrays_to_parameters(self.payload), dict(self.config))
+        return [(p, fitins) for p in self.proxies]
+
+    def aggregate_fit(self, server_round, results, failures):
+        self.summed_nodes = [proxy.node_id for proxy, _ in results]
+        if results:  # the workflow put the unmasked mean in every result's parameters
+            self.mean = parameters_to_ndarrays(results[0][1].parameters)
+        return None, {}
+
+    # the workflow calls nothing else of a strategy
+    def initialize_parameters(self, client_manager):
+        return None
+
+    def configure_evaluate(self, server_round, parameters, client_manager):
+        return []
+
+    def aggregate_evaluate(self, server_round, results, failures):
+        return None, {}
+
+    def evaluate(self, server_round, parameters):
+        return None
+
+
+class _RecordedGrid:
+    """The grid as the workflow sees it: each stage's messages through the server's recorded exchange."""
+
+    def __init__(self, server, r: int):
+        self.server, self.r = server, r
+        self.failures: dict[int, str] = {}  # node → why it left the round (an error, no reply in time)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        stage = messages[0].content.config_records[SECAGG][Key.STAGE] if messages else "none"
+        replies, failures = self.server.exchange(f"secagg.{stage}", self.r, messages)
+        self.failures.update(failures)
+        return list(replies.values())
+
+
+def summed_exchange(server, r: int, targets, payload: dict, config: dict, s: secagg.SecAggSettings):
+    """Run SecAgg+ over ``targets`` (registered clients) for round ``r``: the step's payload and config go out as
+    legacy FitIns; returns the mean reply arrays (float64, in the payload's order of names) or None (fewer
+    clients than the threshold remained), the client ids summed, and {node: why} for the nodes that left."""
+    run_id = server.grid.run.run_id
+    proxies = [GridClientProxy(c.node_id, server.grid, run_id) for c in targets]
+    # legacy FitIns configs hold scalars only: the step's config record and the payload's names as JSON
+    strategy = _Summed(proxies, [to_numpy(v) for v in payload.values()],
+                       {CONFIG_JSON: json.dumps(config), NAMES: json.dumps(list(payload))})
+    context = LegacyContext(Context(run_id=run_id, node_id=0, node_config={}, state=RecordDict(), run_config={}),
+                            strategy=strategy)
+    context.state[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: r + 1})
+    context.state[MAIN_PARAMS_RECORD] = ArrayRecord()
+    workflow = SecAggPlusWorkflow(num_shares=s.num_shares, reconstruction_threshold=s.reconstruction_threshold,
+                                  max_weight=s.max_weight, clipping_range=s.clipping_range,
+                                  quantization_range=s.quantization_range, modulus_range=s.modulus_range,
+                                  timeout=server.opts.reply_timeout)
+    grid = _RecordedGrid(server, r)
+    workflow(grid, context)
+    summed = sorted(c.client_id for c in targets if c.node_id in strategy.summed_nodes)
+    mean = None if strategy.mean is None else dict(zip(payload, strategy.mean))
+    return mean, summed, grid.failures
+
+
