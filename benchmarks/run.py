@@ -26,6 +26,8 @@
 17. ``bench_warm_pool.py`` — the 25-file ADBench bench and a small compare through the local pool, workers forked
                             warm vs fresh interpreters (wall time, GFLOP/s against sgemm, byte identity; needs the
                             data).
+18. ``bench_secagg.py``   — a loopback deployment of 10 clients: FedAvg and FedProx beside their SecAgg+ versions
+                            (seconds, exchanges and bytes per round; needs the data).
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -66,6 +68,7 @@ def main() -> int:
         jobs.append([str(HERE / "bench_flower_engines.py"), *data, "--rounds", "3", "--engines", "sim,inprocess"])
         if args.data_dir:  # the deployment's nodes read their partitions from the data directory
             jobs.append([str(HERE / "bench_flower_deploy.py"), *data])
+            jobs.append([str(HERE / "bench_secagg.py"), *data])
     if args.data_dir:
         jobs.append([str(HERE / "bench_ray.py"), *data, *(["--repeat", "1"] if args.quick else [])])
         jobs.append([str(HERE / "bench_warm_pool.py"), *data, *(["--files", "3"] if args.quick else [])])

@@ -9,6 +9,7 @@ import logging
 import numpy as np
 import pytest
 
+from fedgca.algorithms import method_class
 from fedgca.config import RunConfig
 from fedgca.protocol import secagg
 
@@ -65,9 +66,10 @@ class _Spying:
         return Grid
 
 
-def test_the_server_receives_masked_vectors_and_their_mean_only(tmp_path, data_dir):
-    """Every reply a secure run's ServerApp receives: no client's model in any record; the collect stage's
-    vectors masked (uniform modulo 2³², not the quantised values below 2²²)."""
+@pytest.mark.parametrize("method", ["secagg-fedavg", "secagg-gca"])
+def test_the_server_receives_masked_vectors_and_their_mean_only(tmp_path, data_dir, method):
+    """Every reply a secure run's ServerApp receives: no client's model or code in any record; the collect
+    stage's vectors masked (uniform modulo 2³², not the quantised values below 2²²)."""
     from flwr.common.secure_aggregation.secaggplus_constants import Key
 
     from fedgca.flower import client_app
@@ -76,19 +78,20 @@ def test_the_server_receives_masked_vectors_and_their_mean_only(tmp_path, data_d
     from fedgca.flower.secagg import SECAGG
     from fedgca.flower.server_app import make_server_app
 
-    cfg = _magic()
+    cfg = _magic(method=method, recon_epochs=1, align_epochs=1)
+    steps = sum(s.summed for s in method_class(method).steps)  # SecAgg+ runs per round
     nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
     _Spying.received = []
     run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(tmp_path))), client_app.app, nodes,
                   grid_class=_Spying.grid())
     train = [m for m in _Spying.received if m.metadata.message_type == "train"]
     assert train and all(not m.has_error() for m in train)
-    for m in train:
+    for m in _Spying.received:
         for record in m.content.array_records.values():
             assert len(record) == 0  # secaggplus_mod empties the FitRes parameters: nothing but masks leave
     masked = [m.content.config_records[SECAGG][Key.MASKED_PARAMETERS] for m in train
               if Key.MASKED_PARAMETERS in m.content.config_records[SECAGG]]
-    assert len(masked) == 3 * cfg.rounds
+    assert len(masked) == 3 * cfg.rounds * steps
     from flwr.common import bytes_to_ndarray
 
     for vector in masked:
@@ -146,11 +149,41 @@ def test_a_client_lost_in_the_secure_round(tmp_path, data_dir, caplog, lost):
     assert all(str(i) in rounds[0]["dropped"] for i in lost)
 
 
-def test_secure_methods_say_what_the_server_cannot_do():
+def test_secure_methods_are_the_sum_rules():
     """FedNova needs each client's τ_i and DP-FedAvg clips each update at the server: neither is a sum."""
     from fedgca import methods
 
-    secure = [n for n in methods.names() if n.startswith("secagg-")]
+    secure = [n for n in methods.names(family="parameter-sharing") if any(s.summed for s in method_class(n).steps)]
     assert secure == ["secagg-fedavg", "secagg-fedprox"]
     assert all(methods.get(n).server_rule == "fedavg" for n in secure)
-    assert all(methods.get(n).attack is None for n in secure)
+    assert all(methods.get(n).attack == "white-box" for n in secure)  # on the mean: all the server holds
+
+
+def test_secure_gca_clusters_on_sums_and_learns_as_gca(tmp_path, data_dir):
+    """The server's mixture comes from summed statistics alone: its EM matches an EM on the pooled codes (the
+    same moments and E-steps computed centrally), no code is uploaded, and the detectors learn about as GCA's."""
+    from fedgca.protocol import mixture_sums
+    from fedgca.simulation.runner import run
+
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(loc=c, scale=0.5, size=(n, 4)) for c, n in ((-2.0, 300), (2.0, 200), (0.0, 250))]
+    pooled = np.concatenate(parts)
+    s = secagg.SecAggSettings(max_weight=300)
+    summed = secagg.secure_mean([list(mixture_sums.moments(p, 32.0).values()) for p in parts],
+                                [len(p) for p in parts], [1, 2, 3], s)
+    exact = mixture_sums.moments(pooled, 32.0)
+    assert np.allclose(summed[0], exact["m1"], atol=1e-5) and np.allclose(summed[1], exact["m2"], atol=1e-5)
+    mix = mixture_sums.initial_mixture(exact["m1"], exact["m2"], 32.0, 3, np.random.default_rng(1))
+    for _ in range(30):
+        st = mixture_sums.statistics(pooled, mix)
+        mix = mixture_sums.m_step(st["s0"], st["s1"], st["s2"], mix)
+    assert sorted(np.round(mix.means[:, 0]).tolist()) == [-2.0, 0.0, 2.0]  # the three clusters found
+    assert sorted(np.round(mix.weights * len(pooled)).tolist()) == [200, 250, 300]
+
+    cfg = RunConfig(dataset="magic", method="secagg-gca", clients=3, rounds=3, recon_epochs=1, align_epochs=1, seed=100)
+    secure = run(cfg, tmp_path / "secure", data_dir=data_dir, progress=False)
+    plain = run(RunConfig(**{**cfg.to_dict(), "method": "gca"}), tmp_path / "gca", data_dir=data_dir, progress=False)
+    assert secure["uploads_per_round"] == 0 and plain["uploads_per_round"] > 0
+    assert secure["peak"]["auroc"] > plain["peak"]["auroc"] - 0.02
+    comm = json.loads((tmp_path / "secure" / "comm.json").read_text())
+    assert all(c["broadcast_k"] >= 1 for c in comm)

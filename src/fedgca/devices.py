@@ -43,5 +43,7 @@ def resolve(name: str = "auto"):
 
 
 def to_numpy(t) -> np.ndarray:
-    """A tensor's values as a NumPy array, from any device."""
+    """A tensor's values as a NumPy array, from any device (a NumPy array as it is)."""
+    if isinstance(t, np.ndarray):
+        return t
     return t.detach().cpu().numpy()

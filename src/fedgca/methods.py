@@ -87,10 +87,13 @@ register(MethodSpec("gca", "GCA", "gca", _GCA, flower=True, attack="latent", pap
 register(MethodSpec("dpsgd-fedavg", "DP-SGD-FedAvg", "parameter-sharing", _SHARING | _RECORD_DP, flower=True,
                     attack="white-box", server_rule="fedavg", record_dp=True, in_paper=False))
 # Secure aggregation (Flower's SecAgg+): the server learns only the weighted mean of the models (algorithms/secure.py);
-# nothing per client is left to attack (the mean is what every client receives).
-register(MethodSpec("secagg-fedavg", "SecAgg-FedAvg", "parameter-sharing", _SHARING, flower=True, attack=None,
+# the white-box attack gets that mean — what the server holds of every client — instead of the victim's model.
+register(MethodSpec("secagg-fedavg", "SecAgg-FedAvg", "parameter-sharing", _SHARING, flower=True, attack="white-box",
                     server_rule="fedavg", in_paper=False))
 register(MethodSpec("secagg-fedprox", "SecAgg-FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"},
-                    flower=True, attack=None, server_rule="fedavg", client_term="proximal", in_paper=False))
+                    flower=True, attack="white-box", server_rule="fedavg", client_term="proximal", in_paper=False))
+# GCA whose server never receives a code: EM on securely summed statistics (algorithms/secure_gca.py).
+register(MethodSpec("secagg-gca", "SecAgg-GCA", "gca", _GCA, flower=True, attack=None, paper_phase="recon",
+                    in_paper=False))
 register(MethodSpec("dpgca", "DP-GCA", "gca", _GCA | _RECORD_DP | {"dp_code_clip", "dp_code_sigma"}, flower=True,
                     attack="latent", paper_phase="recon", record_dp=True, in_paper=False))

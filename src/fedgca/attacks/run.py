@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from fedgca import devices, methods, privacy, rundir, seeding
+from fedgca.algorithms import method_class
 from fedgca.attacks.flipping import direct_decodes, train_surrogate
 from fedgca.attacks.inversion import (
     VISION_BOUNDS,
@@ -129,7 +130,9 @@ def attack_run(run_dir, *, victim: int = 0, source=None, data_dir=None, surrogat
             outputs = devices.to_numpy(invert_model(model, shape, seed=cfg.seed, **(inversion_options or {})).outputs)
         decodes, codes = None, None
         extra["upload_round"] = int(state["last_upload_round"][victim]) + 1
-        threat = "white-box inversion of the victim's round-R upload"
+        threat = ("white-box inversion of the mean model, all the server holds of the victim (secure aggregation)"
+                  if any(s.summed for s in method_class(cfg.method).steps)
+                  else "white-box inversion of the victim's round-R upload")
     seconds = time.perf_counter() - t0
 
     targets = fed.dataset.train[fed.partition[victim]]

@@ -217,7 +217,9 @@ def train(msg: Message, context: Context) -> Message:
     cfgrec, payload = legacy_step(msg.content) if legacy else (msg.content[CONFIG], None)
     cfg, node = _node(msg, context, cfgrec)
     method = _method(cfg, node)
-    step, r = step_of_message(method, msg.metadata.message_type), int(cfgrec["round"])
+    # SecAgg+ sends every summed step as "train": the step is named in its config
+    step = method.step_named(cfgrec["step"]) if legacy else step_of_message(method, msg.metadata.message_type)
+    r = int(cfgrec["round"])
     clients = _clients(context, cfg, node)
     evals = _pending(context, r) if step != method.steps[0] else {"round": r}
 

@@ -14,6 +14,9 @@ train[.step]   ``config`` [, the step's    the step's reply (``algorithms.Step``
   GCA train    ``config``                  ``codes`` (ArrayRecord with ONE array ``z``: ⌊ρ·N_i⌋ × d_z)
   train.align  ``config``, ``broadcast``   ``evaluation``
   FL train     ``config``, ``arrays``      ``arrays`` (model), ``metrics`` (num-examples, local-steps)
+train (SecAgg+ ``secagg`` (the stage) [,   ``secagg`` (keys, encrypted shares, the MASKED vector,
+ a summed     ``fitins.*``: the step's    unmask shares) and an emptied FitRes: a summed step's reply
+ step)        config and payload]         never leaves the node unmasked (flower/secagg*.py)
 evaluate       ``config`` [, ``arrays``]   ``metrics`` (accuracy, auroc, auprc, ... per client)
 ============  ==========================  =========================================
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 from flwr.serverapp import Grid
 
@@ -36,90 +37,112 @@ from fedgca.protocol.gca import UploadError
 log = logging.getLogger("fedgca.flower")
 
 
+@dataclass
+class _Round:
+    """What one round has gathered so far: who is still in, who left or was rejected, bytes, timings."""
+
+    r: int
+    cfgrec: object
+    targets: list  # the clients the next step goes to
+    failures: dict = field(default_factory=dict)  # node → why it dropped out
+    rejected: dict = field(default_factory=dict)  # client → why its reply was refused
+    accepted: dict = field(default_factory=dict)  # step → the client ids it accepted
+    evals: dict = field(default_factory=dict)  # client → its evaluation
+    comm: dict = field(default_factory=lambda: {"bytes_up": 0, "bytes_down": 0, "uploads": 0})
+    seconds: dict = field(default_factory=dict)  # step → wall seconds
+    exchanges: int = 0
+
+
+def _exchange_step(server: FlowerServer, method, rnd: _Round, step, dz: int) -> dict:
+    """A step over messages: the payload to the step's clients, each reply decoded and checked by the method;
+    returns the accepted replies {client id: Reply}."""
+    kind, sent = step_message_type(method, step), method.send(step, rnd.r)
+    records = {CONFIG: rnd.cfgrec} if sent is None else {CONFIG: rnd.cfgrec, step.sends: array_record(sent)}
+    msgs = [server.message_to(c.node_id, kind, rnd.r, **records) for c in rnd.targets]
+    rnd.comm["bytes_down"] += sum(payload_bytes(m.content) for m in msgs)
+    replies, lost = server.exchange(kind, rnd.r, msgs)
+    rnd.failures.update(lost)
+    rides = step == method.steps[-1] and not method.deploys_global  # the client's evaluation came along
+    accepted = {}
+    for c in rnd.targets:
+        if c.node_id not in replies:
+            continue
+        try:
+            accepted[c.client_id] = method.check(step, decode_reply(replies[c.node_id].content, step, evaluation=rides),
+                                                 c.num_examples, dz)
+        except UploadError as e:
+            rnd.rejected[c.client_id] = str(e)
+            server.reject(kind, rnd.r, c, str(e))
+    rnd.comm["bytes_up"] += sum(rep.nbytes for rep in accepted.values())
+    rnd.comm["uploads"] += method.uploads(step, accepted)
+    rnd.exchanges += 1
+    rnd.targets = [c for c in rnd.targets if c.client_id in accepted]
+    if rides:
+        rnd.evals = server.read_evaluations(kind, rnd.r, rnd.targets,
+                                            {c.node_id: replies[c.node_id] for c in rnd.targets}, EVALUATION, method)
+    return accepted
+
+
+def _summed_step(server: FlowerServer, method, rnd: _Round, step, dz: int) -> dict:
+    """A summed step over SecAgg+: the server receives masked vectors and their mean, no client's reply; returns
+    {SUMMED: the mean}, or nothing when fewer clients than the protocol's threshold remained."""
+    sent = method.send(step, rnd.r)
+    mean, summed, lost, stages = summed_exchange(server, rnd.r, rnd.targets, sent,
+                                                 {**dict(rnd.cfgrec), "step": step.name}, method.secagg)
+    rnd.failures.update(lost)
+    rnd.comm["bytes_down"] += len(rnd.targets) * Reply(sent).nbytes
+    rnd.comm["bytes_up"] += len(summed) * secagg.masked_bytes(sent)
+    rnd.comm["uploads"] += method.uploads(step, dict.fromkeys(summed))  # the method's count: models, not codes
+    rnd.exchanges += stages
+    rnd.targets = [c for c in rnd.targets if c.client_id in summed]
+    if mean is None:
+        log.warning("round %d %s: secure aggregation did not complete (fewer clients than its threshold)",
+                    rnd.r + 1, step.name)
+        return {}
+    return {SUMMED: Reply(mean, {"summed": summed})}
+
+
 def run_rounds(server: FlowerServer) -> dict:
     """Every round of the run's method; returns the method's summary blocks."""
     sizes = [c.num_examples for c in server.clients]
     cfg = privacy.message_config(server.cfg, sizes)  # a calibrated DP σ written out for the clients
     method = method_for(cfg, server.kind, sizes)
     method.start(server.template.state_dict(), len(server.clients))
-    dz, last = int(server.template.latent_dim), method.steps[-1]
+    dz = int(server.template.latent_dim)
     for r in range(cfg.rounds):
         t0 = time.perf_counter()
         part = server.participants(r)
-        cfgrec = config_record(cfg, round=r)
-        targets, failures, rejected, accepted_by_step, evals = part, {}, {}, {}, {}
-        comm = {"bytes_up": 0, "bytes_down": 0, "uploads": 0}
-        phase_seconds, took_part = {}, []
-        for i, step in enumerate(method.steps):
-            ts, kind = time.perf_counter(), step_message_type(method, step)
-            sent = method.send(step, r)
-            if step.summed:  # SecAgg+: the server receives masked vectors and their mean, no client's reply
-                mean, summed, lost = summed_exchange(server, r, targets, sent, dict(cfgrec), method.secagg)
-                failures.update(lost)
-                comm["bytes_down"] += len(targets) * Reply(sent).nbytes
-                comm["bytes_up"] += len(summed) * secagg.masked_bytes(sent)
-                comm["uploads"] += len(summed)
-                accepted_by_step[step.name] = summed
-                took_part = took_part if i else summed
-                targets = [c for c in targets if c.client_id in summed]
-                if mean is not None:
-                    method.aggregate(step, r, {SUMMED: Reply(mean, {"clients": len(summed)})})
-                phase_seconds[step.name] = round(time.perf_counter() - ts, 4)
-                if mean is None:
-                    log.warning("round %d %s: secure aggregation did not complete (fewer clients than its threshold); "
-                                "the global model is unchanged", r + 1, step.name)
-                    break
-                continue
-            records = {CONFIG: cfgrec} if sent is None else {CONFIG: cfgrec, step.sends: array_record(sent)}
-            msgs = [server.message_to(c.node_id, kind, r, **records) for c in targets]
-            comm["bytes_down"] += sum(payload_bytes(m.content) for m in msgs)
-            replies, lost = server.exchange(kind, r, msgs)
-            failures.update(lost)
-            rides = step is last and not method.deploys_global  # the client's evaluation came along
-            accepted = {}
-            for c in targets:
-                if c.node_id not in replies:
-                    continue
-                try:
-                    reply = decode_reply(replies[c.node_id].content, step, evaluation=rides)
-                    accepted[c.client_id] = method.check(step, reply, c.num_examples, dz)
-                except UploadError as e:
-                    rejected[c.client_id] = str(e)
-                    server.reject(kind, r, c, str(e))
-            comm["bytes_up"] += sum(rep.nbytes for rep in accepted.values())
-            comm["uploads"] += method.uploads(step, accepted)
-            accepted_by_step[step.name] = sorted(accepted)
-            took_part = took_part if i else sorted(accepted)
-            targets = [c for c in targets if c.client_id in accepted]
-            if rides:
-                evals = server.read_evaluations(kind, r, targets, {c.node_id: replies[c.node_id] for c in targets},
-                                                EVALUATION, method)
+        rnd = _Round(r, config_record(cfg, round=r), part)
+        for step in method.steps:
+            ts = time.perf_counter()
+            accepted = (_summed_step if step.summed else _exchange_step)(server, method, rnd, step, dz)
+            rnd.accepted[step.name] = sorted(c.client_id for c in rnd.targets)
             if accepted:
                 method.aggregate(step, r, accepted)
-            phase_seconds[step.name] = round(time.perf_counter() - ts, 4)
+            rnd.seconds[step.name] = round(time.perf_counter() - ts, 4)
             if not accepted:
                 log.warning("round %d %s: no valid reply; the rest of the round is skipped", r + 1, step.name)
                 break
         te = time.perf_counter()
-        gone = {server.client_id_of(n) for n in failures} | set(rejected)
-        rest = [c for c in server.clients if c.client_id not in gone and c.client_id not in evals]
+        gone = {server.client_id_of(n) for n in rnd.failures} | set(rnd.rejected)
+        rest = [c for c in server.clients if c.client_id not in gone and c.client_id not in rnd.evals]
         deployed = array_record(method.deployed()) if method.deploys_global else None
         if rest:  # clients that did not finish the round, or everyone when the server's model is deployed
-            evals.update(server.evaluate(r, rest, method, deployed))
-        evals = {cid: evals[cid] for cid in sorted(evals)}
+            rnd.evals.update(server.evaluate(r, rest, method, deployed))
+        evals = {cid: rnd.evals[cid] for cid in sorted(rnd.evals)}
         t1 = time.perf_counter()
         server.finish_round(r, server.metric_rows(r, evals, method), {
-            "round": r + 1, **comm,
+            "round": r + 1, **rnd.comm,
             "participants": [c.client_id for c in part],
-            "took_part": took_part,
-            "accepted": accepted_by_step,
+            "took_part": rnd.accepted.get(method.steps[0].name, []),
+            "accepted": rnd.accepted,
             "evaluated": sorted(evals),
-            "dropped": {str(server.client_id_of(n)): why for n, why in failures.items()},
-            "rejected": {str(k): v for k, v in rejected.items()},
+            "dropped": {str(server.client_id_of(n)): why for n, why in rnd.failures.items()},
+            "rejected": {str(k): v for k, v in rnd.rejected.items()},
             **method.round_record(),
-            "exchanges": len(phase_seconds) + bool(rest),
+            "exchanges": rnd.exchanges + bool(rest),
             "wall_seconds": round(t1 - t0, 4),
-            "phase_seconds": {**phase_seconds, "evaluate": round(t1 - te, 4)},
+            "phase_seconds": {**rnd.seconds, "evaluate": round(t1 - te, 4)},
         })
     return method.summary_extra()
 

@@ -26,7 +26,7 @@ log = logging.getLogger("fedgca.flower")
 
 SECAGG = RECORD_KEY_CONFIGS  # the protocol's ConfigRecord
 LEGACY_CONFIG = "fitins.config"  # the collect stage's FitIns config
-NAMES = "secagg-names"  # the payload's array names (JSON), in the order of the legacy parameters
+NAMES = "secagg-names"  # array names (JSON), in the order of the legacy parameters (payload and reply)
 CONFIG_JSON = "fedgca-config"  # the step's config record (JSON): legacy configs hold scalars only
 
 
@@ -65,5 +65,6 @@ def legacy_reply(msg: Message, arrays: dict, metrics: dict, rounding_seed: int) 
 
     np.random.seed(rounding_seed)
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([to_numpy(a) for a in arrays.values()]),
-                    int(metrics["num-examples"]), {k: v for k, v in metrics.items() if k != "num-examples"})
+                    int(metrics["num-examples"]),
+                    {**{k: v for k, v in metrics.items() if k != "num-examples"}, NAMES: json.dumps(list(arrays))})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)

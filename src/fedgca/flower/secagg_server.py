@@ -35,7 +35,7 @@ class _Summed(Strategy):
 
     def __init__(self, proxies, payload: list[np.ndarray], config: dict):
         self.proxies, self.payload, self.config = proxies, payload, config
-        self.mean, self.summed_nodes = None, []
+        self.mean, self.summed_nodes, self.names = None, [], []
 
     def configure_fit(self, server_round, parameters, client_manager):
         fitins = FitIns(ndarrays_to_parameters(self.payload), dict(self.config))
@@ -45,6 +45,7 @@ class _Summed(Strategy):
         self.summed_nodes = [proxy.node_id for proxy, _ in results]
         if results:  # the workflow put the unmasked mean in every result's parameters
             self.mean = parameters_to_ndarrays(results[0][1].parameters)
+            self.names = json.loads(results[0][1].metrics[NAMES])
         return None, {}
 
     # the workflow calls nothing else of a strategy
@@ -67,19 +68,22 @@ class _RecordedGrid:
     def __init__(self, server, r: int):
         self.server, self.r = server, r
         self.failures: dict[int, str] = {}  # node → why it left the round (an error, no reply in time)
+        self.exchanges = 0  # the protocol's stages that went out
 
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
         stage = messages[0].content.config_records[SECAGG][Key.STAGE] if messages else "none"
         replies, failures = self.server.exchange(f"secagg.{stage}", self.r, messages)
         self.failures.update(failures)
+        self.exchanges += 1
         return list(replies.values())
 
 
 def summed_exchange(server, r: int, targets, payload: dict, config: dict, s: secagg.SecAggSettings):
     """Run SecAgg+ over ``targets`` (registered clients) for round ``r``: the step's payload and config go out as
     legacy FitIns; returns the mean reply arrays (float64, in the payload's order of names) or None (fewer
-    clients than the threshold remained), the client ids summed, and {node: why} for the nodes that left."""
+    clients than the threshold remained), the client ids summed, {node: why} for the nodes that left, and the
+    number of exchanges (the protocol's stages: 4 when it completes)."""
     run_id = server.grid.run.run_id
     proxies = [GridClientProxy(c.node_id, server.grid, run_id) for c in targets]
     # legacy FitIns configs hold scalars only: the step's config record and the payload's names as JSON
@@ -96,7 +100,7 @@ def summed_exchange(server, r: int, targets, payload: dict, config: dict, s: sec
     grid = _RecordedGrid(server, r)
     workflow(grid, context)
     summed = sorted(c.client_id for c in targets if c.node_id in strategy.summed_nodes)
-    mean = None if strategy.mean is None else dict(zip(payload, strategy.mean))
-    return mean, summed, grid.failures
+    mean = None if strategy.mean is None else dict(zip(strategy.names, strategy.mean))
+    return mean, summed, grid.failures, grid.exchanges
 
 
