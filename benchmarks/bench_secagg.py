@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_secagg.py --data-dir ../shared/data [--nodes 10] [--rounds 3] [--tls]
 
 One SuperLink and ``--nodes`` SuperNodes on 127.0.0.1 with fedgca's warm SuperExec (one deployment for all
-runs), then one run after the other on it: FedAvg, SecAgg-FedAvg, FedProx, SecAgg-FedProx (magic, one partition
-per node, 1 local epoch, seed 100). Per run, from the ServerApp's rounds.jsonl: seconds per round (the first
+runs), then one run after the other on it: FedAvg, SecAgg-FedAvg, FedProx, SecAgg-FedProx, GCA, SecAgg-GCA
+(magic, one partition per node, 1 local / reconstruction / alignment epoch, seed 100). Per run, from the ServerApp's rounds.jsonl: seconds per round (the first
 round apart: it pays the warm-up), exchanges per round, bytes up and down per round; then each secure run over
 its plain one, side by side, and whether its metrics.csv equals the in-process simulator's. Load averages before
 and after; ratios, not seconds, are what compare across machines.
@@ -23,8 +23,9 @@ from fedgca.config import RunConfig
 from fedgca.flower.config import to_run_config
 from fedgca.flower.deploy import LocalDeployment, write_app
 from fedgca.simulation.runner import run
+from fedgca.threads import limit_threads
 
-PAIRS = (("fedavg", "secagg-fedavg"), ("fedprox", "secagg-fedprox"))
+PAIRS = (("fedavg", "secagg-fedavg"), ("fedprox", "secagg-fedprox"), ("gca", "secagg-gca"))
 
 
 def measure(dep: LocalDeployment, cfg: RunConfig, root: Path, data_dir: str) -> dict:
@@ -54,6 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--tls", action="store_true", help="TLS between the SuperLink and the SuperNodes")
     p.add_argument("--out")
     args = p.parse_args(argv)
+    limit_threads(1)  # the simulator's runs as `fedgca run` computes them (one torch thread, as a ClientApp)
     root = Path(args.out or tempfile.mkdtemp(prefix="fedgca-bench-secagg-"))
     data_dir = str(Path(args.data_dir).resolve())
     nodes = [{"partition-id": i, "num-partitions": args.nodes, "data-dir": data_dir, "cache-dir": str(root / "cache")}
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
         for pair in PAIRS:
             for method in pair:
                 cfg = RunConfig(dataset="magic", method=method, clients=args.nodes, rounds=args.rounds, local_epochs=1,
-                                seed=100).resolved()
+                                recon_epochs=1, align_epochs=1, seed=100).resolved()
                 rows[method] = measure(dep, cfg, root, data_dir)
     load_after = os.getloadavg()
 
@@ -82,8 +84,8 @@ def main(argv=None) -> int:
     for plain, secure in PAIRS:
         a, b = rows[plain], rows[secure]
         print(f"{secure} / {plain}: time per round {b['round_seconds'] / a['round_seconds']:.2f}x, "
-              f"exchanges {b['exchanges'] / a['exchanges']:.2f}x, bytes up {b['bytes_up'] / a['bytes_up']:.2f}x, "
-              f"bytes down {b['bytes_down'] / a['bytes_down']:.2f}x, ΔAUROC {100 * (b['auroc'] - a['auroc']):+.4f} pp")
+              f"exchanges {b['exchanges'] / a['exchanges']:.2f}x, bytes up {b['bytes_up'] / max(a['bytes_up'], 1):.2f}x, "
+              f"bytes down {b['bytes_down'] / max(a['bytes_down'], 1):.2f}x, ΔAUROC {100 * (b['auroc'] - a['auroc']):+.4f} pp")
     return 0
 
 
