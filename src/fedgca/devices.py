@@ -43,7 +43,10 @@ def resolve(name: str = "auto"):
 
 
 def to_numpy(t) -> np.ndarray:
-    """A tensor's values as a NumPy array, from any device (a NumPy array as it is)."""
-    if isinstance(t, np.ndarray):
-        return t
+    """A tensor's values as a NumPy array, from any device."""
     return t.detach().cpu().numpy()
+
+
+def as_numpy(a) -> np.ndarray:
+    """A reply's array as NumPy: a NumPy array as it is, a tensor through ``to_numpy``."""
+    return a if isinstance(a, np.ndarray) else to_numpy(a)

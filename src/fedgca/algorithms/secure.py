@@ -33,7 +33,7 @@ class SecureSum:
         """The simulator's sum: what SecAgg+ returns for these clients' replies (``protocol.secagg``)."""
         ids = sorted(replies)
         keys = list(replies[ids[0]].arrays)
-        mean = secagg.secure_mean([[devices.to_numpy(replies[i].arrays[k]) for k in keys] for i in ids],
+        mean = secagg.secure_mean([[devices.as_numpy(replies[i].arrays[k]) for k in keys] for i in ids],
                                   [replies[i].metrics["num-examples"] for i in ids],
                                   [secagg.rounding_seed(self.cfg.seed, r, i) for i in ids], self.secagg)
         return Reply(dict(zip(keys, mean)), {"summed": ids})

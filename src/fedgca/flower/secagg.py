@@ -61,10 +61,10 @@ def legacy_reply(msg: Message, arrays: dict, metrics: dict, rounding_seed: int) 
     """The step's reply as the FitRes ``secaggplus_mod`` masks (its arrays never leave unmasked). The mod
     quantises it next, drawing its stochastic rounding from NumPy's global generator: seeded here, as the
     simulator seeds it (``protocol.secagg.seeded_rounding``)."""
-    from fedgca.devices import to_numpy
+    from fedgca.devices import as_numpy
 
     np.random.seed(rounding_seed)
-    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([to_numpy(a) for a in arrays.values()]),
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([as_numpy(a) for a in arrays.values()]),
                     int(metrics["num-examples"]),
                     {**{k: v for k, v in metrics.items() if k != "num-examples"}, NAMES: json.dumps(list(arrays))})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)

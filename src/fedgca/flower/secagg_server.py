@@ -23,7 +23,7 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 
-from fedgca.devices import to_numpy
+from fedgca.devices import as_numpy
 from fedgca.flower.secagg import CONFIG_JSON, NAMES, SECAGG
 from fedgca.protocol import secagg
 
@@ -87,7 +87,7 @@ def summed_exchange(server, r: int, targets, payload: dict, config: dict, s: sec
     run_id = server.grid.run.run_id
     proxies = [GridClientProxy(c.node_id, server.grid, run_id) for c in targets]
     # legacy FitIns configs hold scalars only: the step's config record and the payload's names as JSON
-    strategy = _Summed(proxies, [to_numpy(v) for v in payload.values()],
+    strategy = _Summed(proxies, [as_numpy(v) for v in payload.values()],
                        {CONFIG_JSON: json.dumps(config), NAMES: json.dumps(list(payload))})
     context = LegacyContext(Context(run_id=run_id, node_id=0, node_config={}, state=RecordDict(), run_config={}),
                             strategy=strategy)
