@@ -46,3 +46,33 @@ def cluster():
     yield c, workers, node
     ray.shutdown()
     c.shutdown()
+
+
+class RunKilled(Exception):
+    """Raised where a test kills a simulated run (``kill_after_round``)."""
+
+
+@pytest.fixture
+def kill_after_round(monkeypatch):
+    """``kill_after_round(run_callable, r)``: call it with the runner's progress replaced by one that raises
+    ``RunKilled`` once round ``r`` (0-based) is checkpointed — a run killed at that moment."""
+    from fedgca.simulation import runner
+
+    def kill(call, r: int):
+        class Killer:
+            def __init__(self, *a, **k):
+                pass
+
+            def set(self, *a):
+                pass
+
+            def done_round(self, done, row):
+                if done == r:
+                    raise RunKilled
+
+        with monkeypatch.context() as m:
+            m.setattr(runner, "_Progress", Killer)
+            with pytest.raises(RunKilled):
+                call()
+
+    return kill

@@ -222,7 +222,8 @@ def test_config_errors_are_not_swallowed():
         cluster_codes(Z, 3, seed=0, covariance_type="bogus")
 
 
-def test_gmm_warm_start_starts_each_round_at_the_previous_broadcast(tmp_path, data_dir, monkeypatch):
+def test_gmm_warm_start_starts_each_round_at_the_previous_broadcast(tmp_path, data_dir, monkeypatch,
+                                                                     kill_after_round):
     """--gmm-warm-start: round 1 fits from k-means++ (no means_init); every later round's EM starts at the
     previous round's broadcast centroids; a killed and resumed run carries them over (same metrics); the
     Flower ServerApp does the same (byte-identical metrics.csv); the default stays the fresh fit."""
@@ -250,27 +251,7 @@ def test_gmm_warm_start_starts_each_round_at_the_previous_broadcast(tmp_path, da
     rows = torch.load(tmp_path / "warm" / "checkpoint.pt", weights_only=True)
     assert rows["method"]["previous"]["centroids"].shape == (10, 16)
 
-    class Stop(Exception):
-        pass
-
-    class StopAfterRound2:
-        def __init__(self, *a, **k):
-            pass
-
-        def set(self, *a):
-            pass
-
-        def done_round(self, r, row):
-            if r == 1:
-                raise Stop
-
-        def close(self):
-            pass
-
-    with monkeypatch.context() as m:
-        m.setattr(runner, "_Progress", lambda *a, **k: StopAfterRound2())
-        with pytest.raises(Stop):
-            runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False)
+    kill_after_round(lambda: runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False), 1)
     runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False, resume=True)
     warm_rows = (tmp_path / "warm" / "metrics.csv").read_bytes()
     assert (tmp_path / "resumed" / "metrics.csv").read_bytes() == warm_rows

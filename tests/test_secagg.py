@@ -187,3 +187,15 @@ def test_secure_gca_clusters_on_sums_and_learns_as_gca(tmp_path, data_dir):
     assert secure["peak"]["auroc"] > plain["peak"]["auroc"] - 0.02
     comm = json.loads((tmp_path / "secure" / "comm.json").read_text())
     assert all(c["broadcast_k"] >= 1 for c in comm)
+
+
+def test_a_killed_secure_gca_run_resumes_to_the_same_metrics(tmp_path, data_dir, kill_after_round):
+    """The server's mixture is in the checkpoint (as tensors: torch.load(weights_only=True) refuses NumPy)."""
+    from fedgca.simulation import runner
+
+    cfg = RunConfig(dataset="magic", method="secagg-gca", clients=3, rounds=3, recon_epochs=1, align_epochs=1,
+                    seed=100)
+    runner.run(cfg, tmp_path / "whole", data_dir=data_dir, progress=False)
+    kill_after_round(lambda: runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False), 1)
+    runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False, resume=True)
+    assert (tmp_path / "resumed" / "metrics.csv").read_bytes() == (tmp_path / "whole" / "metrics.csv").read_bytes()

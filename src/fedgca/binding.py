@@ -14,7 +14,13 @@ import logging
 from fedgca import privacy
 from fedgca.config import RunConfig, option_name
 from fedgca.data import DataError, DataSource, FederatedDataset
-from fedgca.data.defaults import MIN_TRAIN_ROWS, client_train_rows, max_clients, own_defaults, sites_below
+from fedgca.data.defaults import (
+    MIN_TRAIN_ROWS,
+    client_train_rows,
+    max_clients,
+    own_defaults,
+    sites_below,
+)
 from fedgca.data.partition import NO_SITES
 
 log = logging.getLogger("fedgca")

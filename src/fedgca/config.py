@@ -33,6 +33,12 @@ EVAL_ALIGN_CLIENTS = ("all", "client0")
 # The weighting ablation's "one fixed client" (SPEC §5; the paper's statistic is its best accuracy over the
 # evaluations after every alignment epoch): the simulator, the Flower apps and the report read it here.
 ABLATION_CLIENT = 0
+
+
+def evaluated_clients(cfg, phase: str) -> tuple[int, ...] | None:
+    """The clients an evaluation at ``phase`` covers: --eval-align-clients client0 evaluates the alignment epochs
+    of the weighting ablation's client alone; None = every client (both drivers ask this)."""
+    return (ABLATION_CLIENT,) if phase == "align" and cfg.eval_align_clients == "client0" else None
 K_GRID = (10, 20, 40, 80)
 SEEDS = (100, 200, 300)
 

@@ -61,8 +61,12 @@ class Reply:
 
     @property
     def nbytes(self) -> int:
-        return int(sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size()
-                       for a in self.arrays.values()))
+        return arrays_nbytes(self.arrays)
+
+
+def arrays_nbytes(arrays: dict) -> int:
+    """Bytes of a payload's arrays (NumPy or torch) as they travel: comm.json's measure, both drivers."""
+    return int(sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size() for a in arrays.values()))
 
 
 @dataclass

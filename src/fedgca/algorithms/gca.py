@@ -51,16 +51,26 @@ class GlobalCentroidAlignment(FederatedMethod):
 
     # ------------------------------------------------------------------ client
 
+    def reconstruction(self, r: int, work: ClientWork) -> None:
+        """Phase 1: T_recon reconstruction epochs (evaluated after each with --eval-recon-epochs)."""
+        for e in range(self.gcfg.recon_epochs):
+            gca_training.reconstruction_epoch(work.models, work.shards,
+                                              seeding.client_rngs(work.cfg.seed, "recon", (r, e), work.ids), self.gcfg,
+                                              work.part)
+            if work.cfg.eval_recon_epochs:
+                work.evaluate("recon", e)
+
+    def upload_sample(self, r: int, work: ClientWork) -> list:
+        """Round ``r``'s ⌊ρ·N_i⌋ fresh codes of every participating slot (the same draws however often asked)."""
+        return gca_training.encode_uploads(work.models, work.shards,
+                                           seeding.client_rngs(work.cfg.seed, "upload", (r,), work.ids), self.gcfg.rho,
+                                           work.part, self.gcfg.dp)
+
     def client(self, step: Step, r: int, work: ClientWork, received) -> dict[int, Reply]:
         g, seed, ids = self.gcfg, work.cfg.seed, work.ids
         if step.name == "train":
-            for e in range(g.recon_epochs):
-                gca_training.reconstruction_epoch(work.models, work.shards, seeding.client_rngs(seed, "recon", (r, e), ids),
-                                                  g, work.part)
-                if work.cfg.eval_recon_epochs:
-                    work.evaluate("recon", e)
-            uploads = gca_training.encode_uploads(work.models, work.shards, seeding.client_rngs(seed, "upload", (r,), ids),
-                                                  g.rho, work.part, g.dp)
+            self.reconstruction(r, work)
+            uploads = self.upload_sample(r, work)
             return {slot: Reply({CODES_ARRAY: uploads[slot]}) for slot in work.slots}
         summary = received_summary(received, int(work.models.base.latent_dim))
         for e in range(g.align_epochs):

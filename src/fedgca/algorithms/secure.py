@@ -11,12 +11,14 @@ sent (the server could not tell it from the others once masked).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
 from fedgca import devices
 from fedgca.algorithms.base import SUMMED, ClientWork, Reply, Step, implements
-from fedgca.algorithms.sharing import MODEL, ParameterSharing, _finite
+from fedgca.algorithms.sharing import MODEL, ParameterSharing, all_finite
 from fedgca.protocol import secagg
 
 
@@ -51,9 +53,7 @@ class SecureSum:
                                         "how many clients were summed, and which (comm.json: accepted)",
                                         "each summed client's weight (its N_i or code count, known from "
                                         "registration)"],
-            "clipping_range": s.clipping_range, "quantization_range": s.quantization_range,
-            "modulus_range": s.modulus_range, "max_weight": s.max_weight, "num_shares": s.num_shares,
-            "reconstruction_threshold": s.reconstruction_threshold}}
+            **dataclasses.asdict(s)}}
 
 
 @implements("secagg-fedavg", "secagg-fedprox")
@@ -67,7 +67,7 @@ class SecureParameterSharing(SecureSum, ParameterSharing):
 
     def client(self, step: Step, r: int, work: ClientWork, received) -> dict[int, Reply]:
         replies = super().client(step, r, work, received)
-        return {slot: rep for slot, rep in replies.items() if all(_finite(a) for a in rep.arrays.values())}
+        return {slot: rep for slot, rep in replies.items() if all_finite(rep.arrays.values())}
 
     def aggregate(self, step: Step, r: int, replies: dict[int, Reply]) -> None:
         mean = replies[SUMMED].arrays

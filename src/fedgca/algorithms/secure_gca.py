@@ -11,13 +11,15 @@ expected counts π_k·Σ n_i go to the clients, which run Phase 3 as GCA does.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from fedgca import seeding
 from fedgca.algorithms.base import SUMMED, ClientWork, Reply, Step, implements
 from fedgca.algorithms.gca import BROADCAST, GlobalCentroidAlignment
 from fedgca.algorithms.secure import SecureSum
+from fedgca.algorithms.sharing import all_finite
+from fedgca.devices import to_numpy
 from fedgca.protocol import gca, mixture_sums
-from fedgca.training import gca as gca_training
 
 MIXTURE, STATS = "mixture", "stats"
 FIRST_SCALE = 32.0  # the unit of the first moments: codes up to ±8·32 fit SecAgg+'s clipping range
@@ -39,32 +41,18 @@ class SecureGCA(SecureSum, GlobalCentroidAlignment):
 
     # ------------------------------------------------------------------ client
 
-    def _codes(self, r: int, work: ClientWork) -> list:
-        """This round's upload sample of every participating slot (the same draws in every step of the round)."""
-        return gca_training.encode_uploads(work.models, work.shards,
-                                           seeding.client_rngs(work.cfg.seed, "upload", (r,), work.ids), self.gcfg.rho,
-                                           work.part, self.gcfg.dp)
-
     def client(self, step: Step, r: int, work: ClientWork, received) -> dict[int, Reply]:
         if not step.summed:
             return super().client(step, r, work, received)
         if step.name == "train":
-            g, seed = self.gcfg, work.cfg.seed
-            for e in range(g.recon_epochs):
-                gca_training.reconstruction_epoch(work.models, work.shards,
-                                                  seeding.client_rngs(seed, "recon", (r, e), work.ids), g, work.part)
-                if work.cfg.eval_recon_epochs:
-                    work.evaluate("recon", e)
-        codes = self._codes(r, work)
-        first = len(received["means"]) == 0  # no mixture yet: the moments
-        mix = None if first else mixture_sums.Mixture.from_payload(received)
+            self.reconstruction(r, work)
+        codes = self.upload_sample(r, work)  # the same sample in both steps of the round: never sent
+        mix = mixture_sums.Mixture.from_payload(received)
         out = {}
         for slot in work.slots:
-            z = codes[slot]
-            stats = (mixture_sums.moments(z, float(np.asarray(received["scale"]).ravel()[0])) if first
-                     else mixture_sums.statistics(z, mix))
-            if all(np.isfinite(v).all() for v in stats.values()):  # a client checks what it sends
-                out[slot] = Reply(stats, {"num-examples": len(z)})
+            stats = mixture_sums.client_statistics(codes[slot], mix)
+            if all_finite(stats.values()):  # a client checks what it sends
+                out[slot] = Reply(stats, {"num-examples": len(codes[slot])})
         return out
 
     # ------------------------------------------------------------------ server
@@ -75,8 +63,7 @@ class SecureGCA(SecureSum, GlobalCentroidAlignment):
         if step.name == "train":
             self.broadcast = None
         if self.mixture is None:  # no mixture yet: an empty one asks the clients for their codes' moments
-            return {"means": np.zeros(0), "variances": np.zeros(0), "weights": np.zeros(0),
-                    "scale": np.array([FIRST_SCALE])}
+            return mixture_sums.Mixture.empty(FIRST_SCALE).payload()
         return self.mixture.payload()
 
     def aggregate(self, step: Step, r: int, replies: dict[int, Reply]) -> None:
@@ -98,13 +85,10 @@ class SecureGCA(SecureSum, GlobalCentroidAlignment):
         return 0  # no code leaves a client
 
     def state_dict(self) -> dict:
-        if self.mixture is None:
-            return {}
-        m = self.mixture
-        return {"mixture": {"means": m.means, "variances": m.variances, "weights": m.weights, "scale": m.scale}}
+        # tensors: a checkpoint is read back with torch.load(weights_only=True), which refuses NumPy arrays
+        return {} if self.mixture is None else {"mixture": {k: torch.as_tensor(v) for k, v in self.mixture.payload().items()}}
 
     def load_state_dict(self, state: dict) -> None:
         m = state.get("mixture")
-        self.mixture = None if m is None else mixture_sums.Mixture(
-            np.asarray(m["means"]), np.asarray(m["variances"]), np.asarray(m["weights"]), float(m["scale"]))
+        self.mixture = None if m is None else mixture_sums.Mixture.from_payload({k: to_numpy(v) for k, v in m.items()})
 

@@ -24,8 +24,13 @@ from fedgca.training.local import client_loss_term, local_training
 MODEL = "arrays"  # Flower strategies' name for a model's ArrayRecord
 
 
-def _finite(a) -> bool:
-    return bool(torch.isfinite(a).all()) if isinstance(a, torch.Tensor) else bool(np.isfinite(a).all())
+def all_finite(arrays) -> bool:
+    """Every value of every array finite, in one reduction per array and one synchronisation: a NaN or ±inf
+    anywhere makes an array's float64 sum non-finite (this runs on every reply of every round)."""
+    arrays = list(arrays)
+    if all(isinstance(a, torch.Tensor) for a in arrays):
+        return bool(torch.isfinite(torch.stack([a.sum(dtype=torch.float64) for a in arrays])).all())
+    return bool(np.isfinite([np.sum(np.asarray(a), dtype=np.float64) for a in arrays]).all())
 
 
 @implements("fedavg", "fedprox", "fednova", "dpsgd-fedavg", "dpfedavg")
@@ -85,8 +90,9 @@ class ParameterSharing(FederatedMethod):
             if tuple(a.shape) != tuple(ref.shape) or dtype != str(ref.dtype).removeprefix("torch."):
                 raise UploadError(f"tensor {k!r} is {dtype}{list(a.shape)}, expected "
                                   f"{str(ref.dtype).removeprefix('torch.')}{list(ref.shape)}")
-            if not _finite(a):
-                raise UploadError(f"tensor {k!r} contains NaN or inf")
+        if not all_finite(reply.arrays.values()):
+            bad = next(k for k, a in reply.arrays.items() if not all_finite([a]))
+            raise UploadError(f"tensor {bad!r} contains NaN or inf")
         if reply.metrics.get("num-examples") != num_examples:
             raise UploadError(f"num-examples {reply.metrics.get('num-examples')} ≠ the {num_examples} rows the "
                               "client registered")

@@ -24,7 +24,15 @@ from fedgca.lazyimport import LazyModule
 
 from .arrayfiles import read_mat, read_npz
 from .errors import DataError
-from .schema import CATEGORICAL, MISSING_CATEGORY, MISSING_TOKENS, NUMERIC, CsvLayout, Feature, Schema
+from .schema import (
+    CATEGORICAL,
+    MISSING_CATEGORY,
+    MISSING_TOKENS,
+    NUMERIC,
+    CsvLayout,
+    Feature,
+    Schema,
+)
 
 pd = LazyModule("pandas")  # imported when a table is read (fedgca.lazyimport)
 

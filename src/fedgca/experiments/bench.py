@@ -203,7 +203,13 @@ def _peer_job(source: dict, cfg: dict, peer: str, out: str) -> dict:
 
 def run_peers(p: BenchPlan, root: Path, workers: int) -> dict:
     """Every peer job without its result file; a failing one is logged and recorded, the rest go on."""
-    from fedgca.experiments.pool import _worker_init, bare_main, finish, stop_server, worker_context
+    from fedgca.experiments.pool import (
+        _worker_init,
+        bare_main,
+        finish,
+        stop_server,
+        worker_context,
+    )
 
     todo = [(name, part, seed, peer, cfg) for name, part, seed, peer, cfg in p.peer_jobs
             if not peer_path(root, name, part, seed, peer).exists()]

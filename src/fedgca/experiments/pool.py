@@ -21,7 +21,6 @@ import time
 
 from fedgca.threads import limit_threads
 
-
 # What a run's or a peer fit's process would import on its way (measured: torch 1.5 s, scikit-learn's clustering
 # 1.3 s, pandas 0.5 s, PyOD's detectors 1.3 s): imported once, by the fork server. A module that is not installed
 # (PyOD without fedgca[peers]) is skipped there.

@@ -46,10 +46,16 @@ from pathlib import Path
 from fedgca.config import ADDED_LATER, RunConfig
 from fedgca.data.source import source_for
 from fedgca.experiments import cost
-from fedgca.experiments.ledger import Ledger, lock
 from fedgca.experiments.executors import KINDS, Executor, LocalPool, Runs
+from fedgca.experiments.ledger import Ledger, lock
 from fedgca.experiments.pool import stop_server
-from fedgca.experiments.sweep_spec import OWN_DATA_KEYS, SweepSpec, canonical, load_spec, parse_spec
+from fedgca.experiments.sweep_spec import (
+    OWN_DATA_KEYS,
+    SweepSpec,
+    canonical,
+    load_spec,
+    parse_spec,
+)
 from fedgca.rundir import CHECKPOINT, SUMMARY
 
 log = logging.getLogger("fedgca")

@@ -29,7 +29,7 @@ from flwr.clientapp import ClientApp
 
 from fedgca import devices, privacy
 from fedgca.algorithms import ClientWork, later_step_names, method_for
-from fedgca.config import ABLATION_CLIENT
+from fedgca.config import evaluated_clients
 from fedgca.data.encoding import released_stats
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
@@ -224,8 +224,8 @@ def train(msg: Message, context: Context) -> Message:
     evals = _pending(context, r) if step != method.steps[0] else {"round": r}
 
     def evaluate(phase: str, epoch: int) -> None:
-        if phase == "align" and cfg.eval_align_clients != "all" and node.client_id != ABLATION_CLIENT:
-            return  # --eval-align-clients client0: the weighting ablation's client alone
+        if evaluated_clients(cfg, phase) not in (None, (node.client_id,)):
+            return  # this phase evaluates another client alone
         evals.setdefault(phase, []).append(_metrics(clients, node, cfg))
 
     received = None

@@ -91,7 +91,7 @@ def _summed_step(server: FlowerServer, method, rnd: _Round, step, dz: int) -> di
                                                  {**dict(rnd.cfgrec), "step": step.name}, method.secagg)
     rnd.failures.update(lost)
     rnd.comm["bytes_down"] += len(rnd.targets) * Reply(sent).nbytes
-    rnd.comm["bytes_up"] += len(summed) * secagg.masked_bytes(sent)
+    rnd.comm["bytes_up"] += (len(summed) * secagg.masked_bytes(mean)) if mean is not None else 0  # reply-shaped
     rnd.comm["uploads"] += method.uploads(step, dict.fromkeys(summed))  # the method's count: models, not codes
     rnd.exchanges += stages
     rnd.targets = [c for c in rnd.targets if c.client_id in summed]

@@ -9,6 +9,7 @@ clients that dropped after sharing their keys while ``reconstruction_threshold``
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -81,7 +82,7 @@ class _RecordedGrid:
 
 def summed_exchange(server, r: int, targets, payload: dict, config: dict, s: secagg.SecAggSettings):
     """Run SecAgg+ over ``targets`` (registered clients) for round ``r``: the step's payload and config go out as
-    legacy FitIns; returns the mean reply arrays (float64, in the payload's order of names) or None (fewer
+    legacy FitIns; returns the mean reply arrays (float64, by the names the clients sent) or None (fewer
     clients than the threshold remained), the client ids summed, {node: why} for the nodes that left, and the
     number of exchanges (the protocol's stages: 4 when it completes)."""
     run_id = server.grid.run.run_id
@@ -93,10 +94,7 @@ def summed_exchange(server, r: int, targets, payload: dict, config: dict, s: sec
                             strategy=strategy)
     context.state[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: r + 1})
     context.state[MAIN_PARAMS_RECORD] = ArrayRecord()
-    workflow = SecAggPlusWorkflow(num_shares=s.num_shares, reconstruction_threshold=s.reconstruction_threshold,
-                                  max_weight=s.max_weight, clipping_range=s.clipping_range,
-                                  quantization_range=s.quantization_range, modulus_range=s.modulus_range,
-                                  timeout=server.opts.reply_timeout)
+    workflow = SecAggPlusWorkflow(**dataclasses.asdict(s), timeout=server.opts.reply_timeout)  # Flower's names
     grid = _RecordedGrid(server, r)
     workflow(grid, context)
     summed = sorted(c.client_id for c in targets if c.node_id in strategy.summed_nodes)

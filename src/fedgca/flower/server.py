@@ -27,7 +27,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedgca import privacy, runrecord
-from fedgca.config import ABLATION_CLIENT, RunConfig
+from fedgca.config import RunConfig, evaluated_clients
 from fedgca.data.encoding import fit_from_stats, private_bounds
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
@@ -314,9 +314,8 @@ class FlowerServer:
         rows = []
         paper = self.cfg.paper_phase
         for phase, epochs in method.evaluation_points():
-            # --eval-align-clients client0: the weighting ablation's client alone (no row if it missed the round)
-            chosen = {c: v for c, v in evals.items()
-                      if phase != "align" or self.cfg.eval_align_clients == "all" or c == ABLATION_CLIENT}
+            only = evaluated_clients(self.cfg, phase)  # one client alone: no row if it missed the round
+            chosen = {c: v for c, v in evals.items() if only is None or c in only}
             for e in range(epochs) if chosen else ():
                 rows.append(_row(r, phase, e, {c: _epoch(v, phase, e) for c, v in chosen.items()}, paper))
         rows.append(_row(r, "round", -1, evals, paper))

@@ -28,7 +28,14 @@ from pathlib import Path
 from fedgca import methods
 from fedgca.config import BACKENDS, DATASET_PRESETS, K_GRID
 from fedgca.paper import scorecard_tables
-from fedgca.paper.runs import HONEST_FIGURES, collect_attacks, collect_runs, paper_tables, protocol_of, row_of_csv
+from fedgca.paper.runs import (
+    HONEST_FIGURES,
+    collect_attacks,
+    collect_runs,
+    paper_tables,
+    protocol_of,
+    row_of_csv,
+)
 from fedgca.paper.verdicts import (
     ROUNDS,
     SEEDS,

@@ -35,6 +35,11 @@ class Mixture:
                 "scale": np.array([self.scale])}
 
     @classmethod
+    def empty(cls, scale: float) -> "Mixture":
+        """No components: what the server sends before the first mixture (the clients answer with moments)."""
+        return cls(np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0), scale)
+
+    @classmethod
     def from_payload(cls, p: dict) -> "Mixture":
         return cls(np.asarray(p["means"], np.float64), np.asarray(p["variances"], np.float64),
                    np.asarray(p["weights"], np.float64), float(np.asarray(p["scale"]).ravel()[0]))
@@ -44,6 +49,11 @@ def moments(z: np.ndarray, scale: float) -> dict[str, np.ndarray]:
     """A client's first and second moments of its codes (in units of ``scale``), per code."""
     x = np.asarray(z, np.float64) / scale
     return {"m1": x.mean(axis=0), "m2": (x * x).mean(axis=0)}
+
+
+def client_statistics(z: np.ndarray, mix: Mixture) -> dict[str, np.ndarray]:
+    """What a client sends for ``mix``: its E-step statistics, or its moments when the mixture is still empty."""
+    return moments(z, mix.scale) if len(mix.weights) == 0 else statistics(z, mix)
 
 
 def statistics(z: np.ndarray, mix: Mixture) -> dict[str, np.ndarray]:

@@ -17,7 +17,7 @@ import torch
 
 from fedgca import devices
 from fedgca.algorithms import ClientWork, FederatedMethod, method_for
-from fedgca.algorithms.base import SUMMED
+from fedgca.algorithms.base import SUMMED, arrays_nbytes
 from fedgca.detector import save_client_detectors
 from fedgca.evaluation.selection import validation_selected
 from fedgca.protocol import secagg
@@ -37,10 +37,6 @@ def _pooled(fed) -> tuple:
         rows = None if shards is None else [devices.to_numpy(shards.client(i)) for i in range(shards.num_clients)]
         out.append(None if rows is None else ClientShards.from_arrays([np.concatenate(rows)], device=shards.device))
     return tuple(out)
-
-
-def _nbytes(arrays: dict) -> int:
-    return int(sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size() for a in arrays.values()))
 
 
 class Simulation:
@@ -95,7 +91,7 @@ class Simulation:
         for step in method.steps:
             sent = method.send(step, r)
             if sent is not None:
-                record["bytes_down"] += int(targets.sum()) * _nbytes(sent)
+                record["bytes_down"] += int(targets.sum()) * arrays_nbytes(sent)
             work = ClientWork(fed.cfg, fed.clients, self.shards, targets, ids, evaluate)
             accepted = {}
             for slot, reply in method.client(step, r, work, sent).items():
@@ -103,8 +99,9 @@ class Simulation:
                     accepted[slot] = method.check(step, reply, int(self.shards.sizes[slot]), fed.latent_dim)
                 except UploadError as e:  # a client's own computation can diverge (NaN): rejected, as on Flower
                     log.warning("round %d %s: rejected the reply of client %d: %s", r + 1, step.name, slot, e)
-            record["bytes_up"] += (len(accepted) * secagg.masked_bytes(sent) if step.summed
-                                   else sum(_nbytes(a.arrays) for a in accepted.values()))
+            # a summed step's reply travels as its masked vector (int64), the others as they are
+            record["bytes_up"] += sum(secagg.masked_bytes(a.arrays) if step.summed else arrays_nbytes(a.arrays)
+                                      for a in accepted.values())
             record["uploads"] += method.uploads(step, accepted)
             if not accepted:
                 log.warning("round %d %s: no valid reply; the rest of the round is skipped", r + 1, step.name)

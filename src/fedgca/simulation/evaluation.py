@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 
 from fedgca import runrecord
-from fedgca.config import ABLATION_CLIENT
+from fedgca.config import evaluated_clients
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 
 
@@ -27,11 +27,11 @@ def metric_row(d: Deployed, r: int, phase: str, epoch: int) -> dict:
     """A metric row: every client's deployed model, τ on its training or validation rows."""
     fed, cfg = d.fed, d.fed.cfg
     clients, shards, val_shards = d.clients, d.shards, d.val_shards
-    ids = None
-    if phase == "align" and cfg.eval_align_clients == "client0":  # the weighting ablation's client alone
-        ids = [ABLATION_CLIENT]
-        clients, shards = clients.slot_view(ABLATION_CLIENT), shards.only(ABLATION_CLIENT)
-        val_shards = val_shards.only(ABLATION_CLIENT) if val_shards is not None else None
+    ids = evaluated_clients(cfg, phase)
+    if ids is not None:  # one client alone: its slot's view
+        (cid,) = ids
+        clients, shards = clients.slot_view(cid), shards.only(cid)
+        val_shards = val_shards.only(cid) if val_shards is not None else None
     if fed.client_tests is None:  # one shared test set
         one_model = d.one_model and phase == "round"  # "local": the pre-aggregation models differ
         res = evaluate_clients(clients, shards, fed.test_x, fed.dataset.test_y, cfg.quantile, one_model=one_model,

@@ -8,7 +8,12 @@ import logging
 import numpy as np
 from sklearn.utils._param_validation import InvalidParameterError
 
-from fedgca.protocol.clustering.base import BACKEND_NAMES, ClusterSummary, _as_float64, _summarise
+from fedgca.protocol.clustering.base import (
+    BACKEND_NAMES,
+    ClusterSummary,
+    _as_float64,
+    _summarise,
+)
 from fedgca.protocol.clustering.gmm import (  # noqa: F401 — re-exported by the package (lazily)
     GMMBackend,
     batched_kmeanspp,
