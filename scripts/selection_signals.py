@@ -31,43 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
+from fedgca.evaluation.signals import GENERATORS, client_anomalies, proxy_auroc
+
 ROOT = Path(__file__).resolve().parents[1]
-GENERATORS = ("shuffle", "noise", "outside", "mixed")
 SIGNALS = ("val_error", "last", *(f"proxy_{g}" for g in GENERATORS))
 ORACLE = "test_auroc"  # the test-label oracle: in the table as the bar, never a signal
 LOWER_IS_BETTER = {"val_error"}
-
-
-# ------------------------------------------------------------------------------------------------- generators
-
-def synthetic_anomalies(normals: np.ndarray, kind: str, rng: np.random.Generator, count: int | None = None) \
-        -> np.ndarray:
-    """Synthetic anomalies made from a client's own validation normals ``normals`` [n, d] alone.
-
-    * ``shuffle``: each feature drawn from its own column independently (the marginals kept, every dependence
-      between features broken: a row no normal would have as a whole);
-    * ``noise``: a normal row moved by Gaussian noise of one column standard deviation per feature (a local
-      perturbation: an anomaly near the normal manifold);
-    * ``outside``: uniform in the box of the columns' ranges widened by half their span each side (the global
-      anomalies of ADBench's taxonomy);
-    * ``mixed``: a third of each.
-    """
-    x = np.asarray(normals, dtype=np.float64).reshape(len(normals), -1)
-    n, d = x.shape
-    m = count or max(200, n)
-    if kind == "shuffle":
-        return np.stack([x[rng.integers(0, n, m), j] for j in range(d)], axis=1)
-    if kind == "noise":
-        sd = x.std(axis=0) if n > 1 else np.ones(d)
-        return x[rng.integers(0, n, m)] + rng.standard_normal((m, d)) * np.where(sd > 0, sd, 1.0)
-    if kind == "outside":
-        lo, hi = x.min(axis=0), x.max(axis=0)
-        span = np.where(hi > lo, hi - lo, 1.0)
-        return rng.uniform(lo - span / 2, hi + span / 2, (m, d))
-    if kind == "mixed":
-        parts = [synthetic_anomalies(x, k, rng, -(-m // 3)) for k in ("shuffle", "noise", "outside")]
-        return np.concatenate(parts)[:m]
-    raise ValueError(f"unknown generator {kind!r}; choose from {', '.join(GENERATORS)}")
 
 
 # ------------------------------------------------------------------------------------------------- one run
@@ -76,7 +45,6 @@ def _measure(fed, method, seed: int, r: int) -> dict:
     """Every signal and the oracle for each deployed model after round ``r`` (0 = untrained)."""
     import torch
 
-    from fedgca import seeding
     from fedgca.devices import to_numpy
     from fedgca.evaluation.metrics import auroc_rows, shard_scores, shared_scores
 
@@ -86,16 +54,12 @@ def _measure(fed, method, seed: int, r: int) -> dict:
     test = to_numpy(shared_scores(clients, fed.test_x))[:n]
     y = np.asarray(fed.dataset.test_y).astype(bool)
     out = {"round": r, "val_error": [float(s.mean()) for s in val], "test_auroc": auroc_rows(test, y).tolist()}
-    for g in GENERATORS:
+    for g in GENERATORS:  # the same rows and AUROC as a run's --selection client-proxy-<g> (fedgca.evaluation.signals)
         vals = []
         for i in range(n):
             normals = to_numpy(val_shards.client(i))
-            fake = synthetic_anomalies(normals, g, seeding.rng(seed, f"synthetic-anomalies-{g}", i))
-            s_fake = to_numpy(shared_scores(clients.slot_view(i),
-                                            torch.as_tensor(fake.reshape(-1, *normals.shape[1:]),
-                                                            dtype=torch.float32)))[0]
-            s = np.concatenate([val[i], s_fake])[None, :]
-            vals.append(float(auroc_rows(s, np.r_[np.zeros(len(val[i]), bool), np.ones(len(s_fake), bool)])[0]))
+            fake = torch.as_tensor(client_anomalies(normals, g, seed, i), dtype=torch.float32)
+            vals.append(proxy_auroc(val[i], to_numpy(shared_scores(clients.slot_view(i), fake))[0]))
         out[f"proxy_{g}"] = vals
     return out
 

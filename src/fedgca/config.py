@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from fedgca import devices, methods
 from fedgca.data import VISION, registry
 from fedgca.data.partition import SMALL_SITES
+from fedgca.evaluation import signals
 from fedgca.protocol.clustering.base import BACKEND_NAMES
 from fedgca.protocol.fedprox import effective_coefficient
 
@@ -90,6 +91,12 @@ class RunConfig:
     val_fraction: float = _opt(0.0, "validation split ∈ [0, 1) of each client's normals (honest 'selected' round)")
     threshold: str = _later("train-quantile", "where τ's quantile is taken: each client's training rows (the paper) "
                           "or its validation rows (needs --val-fraction > 0)", choices=THRESHOLDS)
+    selection: str = _later(signals.FEDERATION_VAL_ERROR, "which model each client deploys (needs --val-fraction "
+                            "> 0): federation-val-error = the round with the lowest mean validation error, one for "
+                            "all (the paper's presets); client-<signal> = each client's best of the untrained model "
+                            "and every round's by that label-free signal of its validation rows (one choice for "
+                            "all where the model is shared; docs/results/adbench/signals)",
+                            choices=signals.SELECTIONS)
     eval_recon_epochs: bool = _later(True, "GCA: evaluate after every reconstruction epoch (the paper's evaluation "
                                    "points, for its peak statistic); off: once per round, as the baselines")
     eval_align_epochs: bool = _opt(False, "also evaluate after each alignment epoch (diagnostic)")
@@ -208,6 +215,8 @@ class RunConfig:
             raise ValueError(f"--gmm-warm-start warm-starts the GMM backend only (--backend is {self.backend})")
         if self.threshold == "val-quantile" and not self.val_fraction > 0:
             raise ValueError("--threshold val-quantile needs a validation split: set --val-fraction > 0")
+        if self.selection != signals.FEDERATION_VAL_ERROR and not self.val_fraction > 0:
+            raise ValueError(f"--selection {self.selection} reads each client's validation rows: set --val-fraction > 0")
         if self.spec.record_dp and self.dataset in VISION:
             raise ValueError(f"--method {self.method}: DP-SGD is implemented for the tabular (MLP) autoencoder; "
                              f"{self.dataset} uses the conv autoencoder")

@@ -200,19 +200,21 @@ def load_client_detector(run_dir, i: int, device="cpu") -> "AnomalyDetector":
     return AnomalyDetector.load(client_dir(run_dir, i), run_dir=Path(run_dir), device=device)
 
 
-def save_client_detectors(run_dir, fed, clients, round_: int | None = None) -> list[str]:
+def save_client_detectors(run_dir, fed, clients, round_: int | list[int] | None = None) -> list[str]:
     """One detector per client: its deployed model — the final round's, or with a validation split the selected
-    round's (``round_``, 1-based) — threshold on its own training (or validation) rows.
+    round's (``round_``: rounds trained, 0 = the untrained model; a list: each client's own choice) — threshold on
+    its own training (or validation) rows.
 
     ``clients``: the stacked deployed models. Returns the written files relative to ``run_dir`` (for the manifest).
     """
     written, run_dir = [], Path(run_dir)
+    rounds = round_ if isinstance(round_, list) else [fed.cfg.rounds if round_ is None else round_] * fed.num_clients
     for i in range(fed.num_clients):
         slot = min(i, clients.num_clients - 1)  # centralized: one model for everyone
         model = clients.client_model(slot, fed.template)
         det = AnomalyDetector(model, quantile=fed.cfg.quantile, preprocessor=fed.dataset.preprocessor,
                               dataset=fed.cfg.dataset, kind=fed.dataset.kind, schema=fed.dataset.schema,
-                              meta={"client": i, "method": fed.cfg.method, "round": round_ or fed.cfg.rounds,
+                              meta={"client": i, "method": fed.cfg.method, "round": int(rounds[min(i, len(rounds) - 1)]),
                                     "input_shape": list(fed.dataset.input_shape),
                                     "threshold_rows": "validation" if fed.cfg.threshold == "val-quantile"
                                     else "training"}, device=fed.device)

@@ -15,7 +15,8 @@ from fedgca.registries import Registry
 
 # Options every method reads: they define the setting a method runs in.
 COMMON = frozenset({"dataset", "method", "seed", "rounds", "clients", "participation", "batch_size", "lr",
-                    "lr_step", "lr_gamma", "partition", "alpha", "quantile", "val_fraction", "threshold"})
+                    "lr_step", "lr_gamma", "partition", "alpha", "quantile", "val_fraction", "threshold",
+                    "selection"})
 _GCA = frozenset({"k", "rho", "recon_epochs", "align_epochs", "backend", "weights", "gamma", "w_max", "weight_eps",
                   "eval_align_epochs", "eval_align_clients", "gmm_warm_start", "eval_recon_epochs"})
 _LOCAL = frozenset({"local_epochs"})

@@ -19,6 +19,7 @@ from fedgca import methods, privacy, rundir, runrecord
 from fedgca.algorithms import Reply, method_for
 from fedgca.algorithms.base import SUMMED
 from fedgca.config import RunConfig
+from fedgca.evaluation.signals import FEDERATION_VAL_ERROR
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.records import (
     CONFIG,
@@ -155,6 +156,9 @@ def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions, data=None) -> di
     if cfg.paper_phase == "local":
         raise ValueError("--baseline-eval local runs in the in-process simulator only (the Flower apps evaluate "
                          "the global model)")
+    if cfg.selection != FEDERATION_VAL_ERROR:
+        raise ValueError(f"--selection {cfg.selection} runs in the in-process simulator only (the Flower apps "
+                         f"select by {FEDERATION_VAL_ERROR})")
     if cfg.eval_local_epochs:
         raise ValueError("--eval-local-epochs (a diagnostic) runs in the in-process simulator only")
     if privacy.is_record_dp(cfg) and cfg.threshold != "val-quantile":

@@ -41,6 +41,7 @@ def load(root) -> dict:
                             "partition": run["partition"], "seconds": s.get("wall_seconds"),
                             **{m: s[PROTOCOL][m] for m in METRICS},
                             "selected_round": s[PROTOCOL]["round"], "first_auroc": _first_round_auroc(summary.parent),
+                            "untrained_share": (s.get("selection") or {}).get("untrained_share"),
                             "key": run["key"], "code": (s.get("code") or {}).get("git")})
     for f in sorted((root / PEER_DIR).glob("*/*.json")) if (root / PEER_DIR).exists() else []:
         r = json.loads(f.read_text())
@@ -68,6 +69,16 @@ def selection_check(records, methods) -> list[list[str]]:
                       if r["column"] == m and r.get("first_auroc") is not None])
         if len(d):
             body.append([column_label(m), str(len(d)), f"{(d < -TIE_PP).sum()}", f"{d.mean():+.2f}"])
+    return body
+
+
+def untrained_check(records, methods) -> list[list[str]]:
+    """Per method run with a per-client selection: runs, and the mean share of clients deploying round 0."""
+    body = []
+    for m in methods:
+        shares = [r["untrained_share"] for r in records if r["column"] == m and r.get("untrained_share") is not None]
+        if shares:
+            body.append([column_label(m), str(len(shares)), f"{100 * np.mean(shares):.0f} %"])
     return body
 
 
@@ -301,13 +312,19 @@ def write(root, out=None, plots: bool = True) -> dict:
                   "Runs (files × seeds × partitions) whose AUROC at the selected round is more than "
                   f"{TIE_PP} pp below their AUROC after round 1, and the mean difference (selected − round 1):", "",
                   markdown(["method", "runs", f"selected < round 1 − {TIE_PP} pp", "mean Δ (pp)"], check)]
+    deployed = untrained_check(data["records"], plan["methods"])
+    if deployed:
+        lines += ["", "## Which models the clients deployed (--selection client-*)", "",
+                  "Share of the clients that deployed the untrained model (round 0) because the selection's signal "
+                  "rated it above every round's:", "",
+                  markdown(["method", "runs", "clients deploying the untrained model"], deployed)]
     failed = root / "peers" / "failed.json"
     if failed.exists():
         lines += ["## Peer fits that failed", ""] + [f"- {f['peer']} on {f['file']} ({f['partition']}, seed {f['seed']}): "
                                                     f"{f['error']}" for f in json.loads(failed.read_text())] + [""]
     (out / "report.md").write_text("\n".join(lines))
     fields = ["file", "column", "partition", "seed", "auroc", "auprc", "first_auroc", "selected_round", "seconds",
-              "key", "code"]  # one row per run or peer fit (bench_runs.csv: not a paper report's runs.csv)
+              "key", "code", *(["untrained_share"] if deployed else [])]  # one row per run or peer fit (bench_runs.csv: not a paper report's runs.csv)
     (out / "bench_runs.csv").write_text(csv_text(fields, [[r.get(f) for f in fields] for r in data["records"]]))
     (out / "files.csv").write_text(csv_text(
         ["file", "rows", "features", "input_dim", "anomalies", "anomaly_share", "n_train", "n_test", "clients",

@@ -20,11 +20,13 @@ from fedgca.algorithms import ClientWork, FederatedMethod, method_for
 from fedgca.algorithms.base import SUMMED, arrays_nbytes
 from fedgca.detector import save_client_detectors
 from fedgca.evaluation.selection import validation_selected
+from fedgca.evaluation.signals import FEDERATION_VAL_ERROR
 from fedgca.protocol import secagg
 from fedgca.protocol.gca import UploadError
 from fedgca.rundir import CHECKPOINT, RunFileError
 from fedgca.simulation import evaluation
 from fedgca.simulation.reporting import summarise
+from fedgca.simulation.selection import ClientSelection
 from fedgca.training.loop import ClientShards
 
 log = logging.getLogger("fedgca")
@@ -60,6 +62,11 @@ class Simulation:
         self.deployed = evaluation.Deployed(fed, fed.clients, self.shards, self.val_shards, self.method.deploys_global)
         # the round the validation rule selects (evaluation.selection), and its models: the detectors saved
         self.selected_round, self.selected_params = None, None
+        # --selection client-*: each client's model chosen among the untrained one and every round's
+        self.selection = None
+        if fed.val_shards is not None and fed.cfg.selection != FEDERATION_VAL_ERROR:
+            self.selection = ClientSelection(fed.cfg, self.deployed,
+                                             shared=self.method.deploys_global or fed.cfg.spec.pooled)
         self.rows: list[dict] = []
         self.comm: list[dict] = []
         self.start_round, self.wall_before = 0, 0.0
@@ -70,13 +77,17 @@ class Simulation:
                 fed.clients.load_state_dict(ckpt["clients"])
                 self.method.load_state_dict(ckpt["method"])
                 self.rows, self.comm = list(ckpt["rows"]), list(ckpt["comm"])
-                if ckpt.get("selected"):
+                if self.selection is not None:
+                    self.selection.load_state_dict(ckpt["selected"]["selection"])
+                elif ckpt.get("selected"):
                     self.selected_round = int(ckpt["selected"]["round"])
                     self.selected_params = dict(ckpt["selected"]["params"])
                 self.start_round, self.wall_before = int(ckpt["round"]) + 1, float(ckpt["wall"])
             except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
                 raise RunFileError(f"{CHECKPOINT}: does not belong to this run's models "
                                    f"({type(err).__name__}: {' '.join(str(err).split())[:160]})") from None
+        elif self.selection is not None:
+            self.selection.observe(0)  # the untrained models are a candidate
 
     def run_round(self, r: int, evaluate) -> dict:
         """Round ``r``'s steps (``evaluate(phase, epoch)`` where the method evaluates); its comm.json record, bytes
@@ -123,13 +134,16 @@ class Simulation:
         for r in range(self.start_round, fed.cfg.rounds):
             self.comm.append(self.run_round(r, evaluation.recorder(self.deployed, r, self.rows, progress)))
             evaluation.record(self.deployed, r, self.rows, progress, "round", -1)
-            if fed.val_shards is not None and validation_selected(self.rows)["round"] == r + 1:
+            if self.selection is not None:
+                self.selection.observe(r + 1)
+            elif fed.val_shards is not None and validation_selected(self.rows)["round"] == r + 1:
                 self.selected_round = r
                 self.selected_params = {k: v.detach().clone() for k, v in fed.clients.params.items()}
             # a batched run's clock: its own compute, not the time it waited for its stack's other runs
             wall = self.wall_before + (time.perf_counter() - t0 if broker is None
                                        else broker.own_seconds(fed.clients, time.thread_time() - t0))
-            selected = ({} if self.selected_params is None
+            selected = ({"selection": self.selection.state_dict()} if self.selection is not None
+                        else {} if self.selected_params is None
                         else {"round": self.selected_round, "params": self.selected_params})
             yield {"clients": fed.clients.state_dict(), "method": self.method.state_dict(), "selected": selected,
                    "rows": self.rows, "comm": self.comm, "round": r, "wall": wall}
@@ -139,11 +153,15 @@ class Simulation:
         models (with a validation split), else the final round's."""
         fed, rounds = self.fed, self.fed.cfg.rounds
         deployed_round = rounds
-        if self.selected_params is not None and self.selected_round != rounds - 1:
+        extra = self.method.summary_extra()
+        if self.selection is not None:
+            deployed_round = self.selection.apply()
+            extra = {**extra, **evaluation.chosen_models(self.deployed, self.selection)}
+        elif self.selected_params is not None and self.selected_round != rounds - 1:
             with torch.no_grad():
                 for k, v in fed.clients.params.items():
                     v.copy_(self.selected_params[k])
             deployed_round = self.selected_round + 1
-        summary = summarise(fed.cfg, fed, self.method.summary_extra(), self.rows, self.comm, wall)
+        summary = summarise(fed.cfg, fed, extra, self.rows, self.comm, wall)
         names = save_client_detectors(out, fed, fed.clients, deployed_round)
         return summary, names

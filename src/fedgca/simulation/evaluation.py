@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from fedgca import runrecord
 from fedgca.config import evaluated_clients
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
+from fedgca.evaluation.selection import DETECTION
 
 
 @dataclass
@@ -61,3 +62,18 @@ def record(d: Deployed, r: int, rows: list[dict], progress, phase: str, epoch: i
 def recorder(d: Deployed, r: int, rows: list[dict], progress=None):
     """``evaluate(phase, epoch)`` for round ``r`` (what a method calls where it evaluates): ``record``."""
     return functools.partial(record, d, r, rows, progress)
+
+
+def chosen_models(d: Deployed, selection) -> dict:
+    """summary.json's ``selected`` and ``selection`` under ``--selection client-*``: the models each client
+    deploys (already in their slots), evaluated once as a metric row, and each client's choice with the signal's
+    values. ``round``: the round most clients chose (``selection.client_rounds``: each client's; 0 = untrained)."""
+    rec = selection.record()
+    rounds = rec["client_rounds"]
+    row = metric_row(d, 0, "deployed", -1)
+    mode = max(sorted(set(rounds)), key=rounds.count)
+    selected = {**{m: row[m] for m in DETECTION}, "round": mode, "phase": "deployed", "epoch": "",
+                "client_rounds": rounds, "per_client": row["per_client"],
+                "rule": f"each client's model (untrained or a round's) with the best {rec['signal']} on its "
+                        f"validation rows ({rec['better']} is better; {rec['scope']})"}
+    return {"selected": selected, "selection": rec}

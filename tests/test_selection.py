@@ -1,0 +1,135 @@
+"""--selection client-* (issue #47): each client deploys the untrained model or a round's, chosen by a label-free
+signal of its validation rows. The generators are deterministic and read only the rows they are given; no test
+row or label reaches a choice; the untrained model is deployable; the per-client choice is what the saved
+detectors (``fedgca score`` / ``predict``) use."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fedgca import api, seeding
+from fedgca.detector import load_client_detector
+from fedgca.evaluation import signals
+from fedgca.models import init_model
+from fedgca.simulation import selection as selection_module
+
+WBC = "adbench/42_WBC.npz"  # 2 clients, ~1 s a run
+
+
+@pytest.mark.parametrize("kind", signals.GENERATORS)
+def test_generators_are_deterministic_and_read_only_their_rows(kind):
+    normals = np.random.default_rng(0).standard_normal((37, 5))
+    a = signals.synthetic_anomalies(normals, kind, seeding.rng(100, "synthetic-anomalies", 0))
+    b = signals.synthetic_anomalies(normals.copy(), kind, seeding.rng(100, "synthetic-anomalies", 0))
+    assert a.shape == (200, 5) and np.array_equal(a, b) and np.isfinite(a).all()
+    if kind == "outside":  # inside the widened box of the given rows, and so never beyond it
+        span = normals.max(0) - normals.min(0)
+        assert (a >= normals.min(0) - span / 2).all() and (a <= normals.max(0) + span / 2).all()
+    if kind == "shuffle":  # every value of a column is one of that column's given values
+        assert all(np.isin(a[:, j], normals[:, j]).all() for j in range(5))
+
+
+def test_choose_per_client_or_one_for_a_shared_model():
+    history = np.array([[1.0, 5.0], [2.0, 1.0], [np.nan, 0.5]])  # [candidate, client], lower is better
+    assert signals.choose(history, "val-error", shared=False).tolist() == [0, 2]
+    assert signals.choose(history, "val-error", shared=True).tolist() == [1, 1]  # a NaN mean never wins
+    assert signals.choose(-history, "proxy-noise", shared=False).tolist() == [0, 2]  # higher is better
+    assert signals.choose(np.array([[1.0], [1.0]]), "val-error", shared=False).tolist() == [0]  # first on ties
+    with pytest.raises(ValueError, match="choose from"):
+        signals.signal_of("client-proxy-nonsense")
+
+
+def test_a_client_selection_needs_a_validation_split(data_dir, tmp_path):
+    with pytest.raises(ValueError, match="--selection client-val-error reads each client's validation rows"):
+        api.run(data_dir / WBC, "single", out=tmp_path / "r", rounds=1, val_fraction=0.0,
+                selection="client-val-error")
+
+
+def test_no_test_label_or_test_row_reaches_the_choice(data_dir):
+    """The same run twice, the second time with the test labels permuted and the test rows replaced: every signal
+    value and every choice is the same to the last bit; the test AUROC moved."""
+    from fedgca.binding import bind
+    from fedgca.data.source import open_source
+    from fedgca.simulation.driver import Simulation
+    from fedgca.simulation.federation import build_federation
+
+    source = open_source(data_dir / WBC)
+    seen = []
+    for tamper in (False, True):
+        cfg, dataset = bind({"method": "single", "seed": 100, "rounds": 2, "selection": "client-proxy-mixed"}, source)
+        fed = build_federation(cfg, source, dataset)
+        if tamper:
+            rng = np.random.default_rng(1)
+            fed.dataset.test_y = rng.permutation(fed.dataset.test_y)
+            fed.test_x = fed.test_x[rng.permutation(len(fed.test_x))] * 3.0
+        sim = Simulation(fed)
+        for _ in sim.rounds():
+            pass
+        seen.append((sim.selection.history, sim.selection.chosen().tolist(), sim.rows[-1]["auroc"]))
+    assert seen[0][0] == seen[1][0] and seen[0][1] == seen[1][1]
+    assert len(seen[0][0]) == 3  # the untrained models and two rounds'
+    assert seen[0][2] != seen[1][2]
+
+
+def _forced(monkeypatch, per_candidate):
+    """Make the signal rate the candidates as ``per_candidate[j]`` (one value per client)."""
+    def measure(self):
+        return list(per_candidate[len(self.history)])
+    monkeypatch.setattr(selection_module.ClientSelection, "measure", measure)
+
+
+def test_the_untrained_model_and_a_per_client_choice_are_what_is_deployed(data_dir, tmp_path, monkeypatch):
+    """Client 0 chooses the untrained model, client 1 round 2 of 3: the saved detectors (what ``fedgca score``
+    and ``predict`` load) score as those models do; summary.json records the choice and its values."""
+    _forced(monkeypatch, [[0.0, 9.0], [5.0, 5.0], [6.0, 1.0], [7.0, 2.0]])  # val-error: lower is better
+    run = api.run(data_dir / WBC, "single", out=tmp_path / "chosen", rounds=3, seed=100,
+                  selection="client-val-error")
+    summary = json.loads((run.out / "summary.json").read_text())
+    assert summary["selection"]["client_rounds"] == [0, 2] and summary["selection"]["untrained_share"] == 0.5
+    assert summary["selection"]["values"][2] == [6.0, 1.0]
+    assert summary["selected"]["client_rounds"] == [0, 2]
+    monkeypatch.undo()
+    # the reference models: the untrained one, and a 2-round run's final model (the same seed's trajectory)
+    ref = api.run(data_dir / WBC, "single", out=tmp_path / "two", rounds=2, seed=100)
+    assert load_client_detector(ref.out, 1).meta["round"] == 2  # its validation rule deployed its last round too
+    det0, det1 = load_client_detector(run.out, 0), load_client_detector(run.out, 1)
+    assert det0.meta["round"] == 0 and det1.meta["round"] == 2
+    rows = np.random.default_rng(0).standard_normal((64, *det0.input_shape)).astype(np.float32)
+    untrained = init_model(100, det0.input_shape, 0)
+    with torch.no_grad():
+        t = torch.as_tensor(rows)
+        want0 = ((t - untrained(t)) ** 2).sum(dim=1).numpy()
+    np.testing.assert_allclose(det0.decision_function(rows), want0, rtol=1e-5)
+    np.testing.assert_array_equal(det1.decision_function(rows), load_client_detector(ref.out, 1).decision_function(rows))
+    assert det0.predict(rows).shape == (64,)  # the untrained detector has its own threshold and flags rows
+    assert np.isfinite(det0.threshold_) and det0.threshold_ != det1.threshold_
+
+
+@pytest.mark.parametrize("method", ["gca", "fedavg"])
+def test_a_killed_run_resumes_to_the_same_choice(data_dir, tmp_path, kill_after_round, method):
+    """Every candidate's values and each client's best model so far are in the checkpoint (a shared model: one
+    choice for the federation)."""
+    options = dict(rounds=3, seed=100, selection="client-proxy-noise")
+    whole = api.run(data_dir / WBC, method, out=tmp_path / "whole", **options)
+    kill_after_round(lambda: api.run(data_dir / WBC, method, out=tmp_path / "resumed", **options), 1)
+    resumed = api.run(data_dir / WBC, method, out=tmp_path / "resumed", resume=True, **options)
+    assert resumed.summary["selection"] == whole.summary["selection"]
+    assert resumed.summary["selected"] == whole.summary["selected"]
+    if method == "fedavg":
+        assert len(set(whole.summary["selection"]["client_rounds"])) == 1
+    for i in range(2):
+        rows = np.random.default_rng(i).standard_normal((16, *load_client_detector(whole.out, i).input_shape))
+        np.testing.assert_array_equal(load_client_detector(whole.out, i).decision_function(rows),
+                                      load_client_detector(resumed.out, i).decision_function(rows))
+
+
+def test_flower_refuses_a_client_selection_in_one_line(data_dir):
+    from fedgca.config import RunConfig
+    from fedgca.flower.rounds import run_server
+
+    cfg = RunConfig(dataset="magic", method="single", rounds=1, val_fraction=0.1, selection="client-val-error")
+    with pytest.raises(ValueError, match="in-process simulator only"):
+        run_server(None, cfg.resolved(), None)
