@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SIGNALS = ("val_error", "last", *(f"proxy_{g}" for g in GENERATORS))
 ORACLE = "test_auroc"  # the test-label oracle: in the table as the bar, never a signal
 LOWER_IS_BETTER = {"val_error"}
+# The files where training made every method worse than the untrained autoencoder (docs/results/adbench/untrained.csv)
+HURT = ("7_Cardiotocography", "6_cardio", "15_Hepatitis", "41_Waveform", "23_mammography", "37_Stamps")
 
 
 # ------------------------------------------------------------------------------------------------- one run
@@ -64,8 +66,39 @@ def _measure(fed, method, seed: int, r: int) -> dict:
     return out
 
 
-def measure_run(path: str, options: dict, out: str) -> str:
-    """One bench run (file, method, seed, partition), measured round by round; its JSON written to ``out``."""
+def _ensembles(test: list, val: list, picked: list[int], y: np.ndarray, latent: list | None = None) -> dict:
+    """Score ensembles of one run's candidate models, per client (``--ensembles``): each model's test scores made
+    comparable by its own validation scores (z = (s − mean) / std over the client's validation normals: no label),
+    then averaged over a set of candidates. ``test[r]``: [clients, M] scores of the models after r rounds;
+    ``val[r][i]``: client i's validation scores; ``picked[i]``: the round the validation-error rule picks;
+    ``latent`` (GCA): per round (test, validation) distances of each client's codes to the nearest centroid the
+    server broadcast that round, scored beside (and instead of) the reconstruction error."""
+    from fedgca.evaluation.metrics import auroc_rows
+
+    z = np.stack([[(t[i] - v[i].mean()) / max(float(v[i].std()), 1e-12) for i in range(len(v))]
+                  for t, v in zip(test, val)])  # [rounds, clients, M]
+    n = z.shape[1]
+    sets = {"all rounds": lambda i: list(range(len(z))), "trained rounds": lambda i: list(range(1, len(z))),
+            "untrained + picked": lambda i: sorted({0, picked[i]}), "last 5 rounds": lambda i: list(range(len(z) - 5,
+                                                                                                           len(z)))}
+    out = {name: auroc_rows(np.stack([z[rows(i), i].mean(axis=0) for i in range(n)]), y).tolist()
+           for name, rows in sets.items()}
+    if latent is not None:  # GCA: each client's distance to the nearest broadcast centroid, at the picked round
+        lz = [[None if t is None else (t[i] - v[i].mean()) / max(float(v[i].std()), 1e-12) for i in range(n)]
+              for t, v in latent]  # [rounds][clients] (None: round 0, nothing broadcast yet)
+        both, alone = [], []
+        for i in range(n):
+            j = picked[i] if lz[picked[i]][i] is not None else len(lz) - 1
+            both.append((z[picked[i], i] + lz[j][i]) / 2)
+            alone.append(lz[j][i])
+        out["reconstruction + latent distance (picked)"] = auroc_rows(np.stack(both), y).tolist()
+        out["latent distance (picked)"] = auroc_rows(np.stack(alone), y).tolist()
+    return out
+
+
+def measure_run(path: str, options: dict, out: str, ensembles: bool = False) -> str:
+    """One bench run (file, method, seed, partition), measured round by round; its JSON written to ``out``
+    (``ensembles``: also the score ensembles of ``_ensembles``)."""
     from fedgca.binding import bind
     from fedgca.data.source import open_source
     from fedgca.rundir import atomic_write_text
@@ -80,13 +113,45 @@ def measure_run(path: str, options: dict, out: str) -> str:
     if fed.val_shards is None:
         raise ValueError(f"{path}: no validation split (--val-fraction 0): nothing for a signal to read")
     method = Simulation(fed)
+    test, val, latent = [], [], []
+
+    def keep():
+        if ensembles:
+            import torch
+
+            from fedgca.devices import to_numpy
+            from fedgca.evaluation.metrics import shard_scores, shared_scores
+
+            d = method.deployed
+            val.append(shard_scores(d.clients, d.val_shards))
+            test.append(to_numpy(shared_scores(d.clients, fed.test_x))[:d.val_shards.num_clients])
+            sent = getattr(method.method, "broadcast", None)
+            if isinstance(sent, dict) and "centroids" in sent:
+                mu = torch.as_tensor(np.asarray(sent["centroids"]), dtype=torch.float32)
+
+                def dist(i, x):
+                    with torch.no_grad():
+                        codes = d.clients.slot_view(i).encode(x[None])[0]
+                        return to_numpy(torch.cdist(codes, mu.to(codes.device)).min(dim=1).values ** 2)
+                n = d.val_shards.num_clients
+                latent.append(([dist(i, fed.test_x) for i in range(n)],
+                               [dist(i, d.val_shards.client(i)) for i in range(n)]))
+            else:
+                latent.append((None, None))
+
     rounds = [_measure(fed, method, cfg.seed, 0)]
+    keep()
     for r in range(cfg.rounds):
         method.run_round(r, lambda phase, epoch: None)
         rounds.append(_measure(fed, method, cfg.seed, r + 1))
+        keep()
     doc = {"file": Path(path).stem, "method": cfg.method, "seed": cfg.seed, "partition": cfg.partition,
            "shared_model": bool(method.deployed.one_model or cfg.spec.pooled), "clients": cfg.clients,
            "rounds": rounds}
+    if ensembles:
+        gca = any(t is not None for t, _ in latent)
+        doc["ensembles"] = _ensembles(test, val, picks(doc, "val_error"), np.asarray(fed.dataset.test_y).astype(bool),
+                                      [(None, None) if t is None else (t, v) for t, v in latent] if gca else None)
     atomic_write_text(Path(out), json.dumps(doc))
     return out
 
@@ -152,6 +217,34 @@ def table(out: Path) -> str:
     return text
 
 
+def ensemble_table(out: Path) -> str:
+    """ensembles.md: per partition and method, mean AUROC ×100 of the validation-error pick, the untrained model,
+    each score ensemble and the oracle — over every file, and over the files where training hurt (``HURT``)."""
+    from fedgca.tabletext import markdown
+
+    docs = [d for d in (json.loads(p.read_text()) for p in sorted(out.glob("*.json"))) if "ensembles" in d]
+    if not docs:
+        return ""
+    names = list(dict.fromkeys(n for d in docs for n in d["ensembles"]))  # GCA's have two more
+    head = ["partition", "method", "files", "runs", "val_error pick", "untrained", *names, "oracle"]
+    body = []
+    for part in sorted({d["partition"] for d in docs}):
+        for m in sorted({d["method"] for d in docs}):
+            mine = [d for d in docs if d["partition"] == part and d["method"] == m]
+            for which, keep in (("all", lambda d: True), ("training hurt", lambda d: d["file"] in HURT)):
+                sel = [d for d in mine if keep(d)]
+                if not sel:
+                    continue
+                cols = [[run_regret(d, "val_error")[2] for d in sel],
+                        [100 * np.mean(d["rounds"][0]["test_auroc"]) for d in sel],
+                        *[[100 * np.mean(d["ensembles"][n]) for d in sel if n in d["ensembles"]] for n in names],
+                        [run_regret(d, ORACLE)[2] for d in sel]]
+                body.append([part, m, which, str(len(sel)), *[f"{np.mean(c):.2f}" if c else "–" for c in cols]])
+    text = markdown(head, body)
+    (out / "ensembles.md").write_text(text)
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
@@ -162,6 +255,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "adbench" / "signals"))
     ap.add_argument("--table", action="store_true", help="only write the regret table of the runs measured")
+    ap.add_argument("--ensembles", action="store_true",
+                    help="also measure score ensembles of the candidate models (scripts' docstring)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -173,7 +268,7 @@ def main() -> int:
         if args.files:
             files = [f for f in files if f.stem in args.files.split(",")]
         jobs = [(str(f), {"method": m, "seed": int(s), "partition": args.partition},
-                 str(out / f"{f.stem}-{args.partition}-{m}-seed{s}.json"))
+                 str(out / f"{f.stem}-{args.partition}-{m}-seed{s}.json"), args.ensembles)
                 for f in files for m in args.methods.split(",") for s in args.seeds.split(",")]
         todo = [j for j in jobs if not Path(j[2]).exists()]
         import selection_signals  # the workers find the job by this module's name (this file is __main__ here)
@@ -194,6 +289,7 @@ def main() -> int:
         finally:
             finish(pool, completed)
     print(table(out))
+    print(ensemble_table(out))
     return 0
 
 
