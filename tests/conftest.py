@@ -76,3 +76,27 @@ def kill_after_round(monkeypatch):
                 call()
 
     return kill
+
+
+@pytest.fixture
+def wbc_federation(data_dir):
+    """``wbc_federation(options, tamper)``: 42_WBC's federation (2 clients) for ``options``; ``tamper``: its test
+    labels permuted and its test rows shuffled and scaled — what no label-free choice may notice."""
+    import numpy as np
+
+    from fedgca.binding import bind
+    from fedgca.data.source import open_source
+    from fedgca.simulation.federation import build_federation
+
+    source = open_source(data_dir / "adbench" / "42_WBC.npz")
+
+    def build(options: dict, tamper: bool):
+        cfg, dataset = bind(options, source)
+        fed = build_federation(cfg, source, dataset)
+        if tamper:
+            rng = np.random.default_rng(1)
+            fed.dataset.test_y = rng.permutation(fed.dataset.test_y)
+            fed.test_x = fed.test_x[rng.permutation(len(fed.test_x))] * 3.0
+        return cfg, fed
+
+    return build

@@ -48,23 +48,15 @@ def test_a_client_selection_needs_a_validation_split(data_dir, tmp_path):
                 selection="client-val-error")
 
 
-def test_no_test_label_or_test_row_reaches_the_choice(data_dir):
+def test_no_test_label_or_test_row_reaches_the_choice(wbc_federation):
     """The same run twice, the second time with the test labels permuted and the test rows replaced: every signal
     value and every choice is the same to the last bit; the test AUROC moved."""
-    from fedgca.binding import bind
-    from fedgca.data.source import open_source
     from fedgca.simulation.driver import Simulation
-    from fedgca.simulation.federation import build_federation
 
-    source = open_source(data_dir / WBC)
     seen = []
     for tamper in (False, True):
-        cfg, dataset = bind({"method": "single", "seed": 100, "rounds": 2, "selection": "client-proxy-mixed"}, source)
-        fed = build_federation(cfg, source, dataset)
-        if tamper:
-            rng = np.random.default_rng(1)
-            fed.dataset.test_y = rng.permutation(fed.dataset.test_y)
-            fed.test_x = fed.test_x[rng.permutation(len(fed.test_x))] * 3.0
+        _, fed = wbc_federation({"method": "single", "seed": 100, "rounds": 2, "selection": "client-proxy-mixed"},
+                                tamper)
         sim = Simulation(fed)
         for _ in sim.rounds():
             pass

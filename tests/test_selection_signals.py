@@ -6,30 +6,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import selection_signals as sig  # noqa: E402
 
 
-def test_no_test_label_or_test_row_reaches_a_signal(data_dir, monkeypatch):
+def test_no_test_label_or_test_row_reaches_a_signal(wbc_federation):
     """The same run measured twice, the second time with the test labels permuted and the test rows replaced by
     noise: every signal is the same to the last bit; only the oracle moved."""
-    from fedgca.binding import bind
-    from fedgca.data.source import open_source
     from fedgca.simulation.driver import Simulation
-    from fedgca.simulation.federation import build_federation
 
-    source = open_source(data_dir / "adbench" / "42_WBC.npz")
     measured = []
     for tamper in (False, True):
-        cfg, dataset = bind({"method": "single", "seed": 100, "rounds": 2}, source)
-        fed = build_federation(cfg, source, dataset)
-        if tamper:
-            rng = np.random.default_rng(1)
-            fed.dataset.test_y = rng.permutation(fed.dataset.test_y)
-            fed.test_x = fed.test_x[rng.permutation(len(fed.test_x))] * 3.0
+        cfg, fed = wbc_federation({"method": "single", "seed": 100, "rounds": 2}, tamper)
         method = Simulation(fed)
         rows = [sig._measure(fed, method, cfg.seed, 0)]
         method.run_round(0, lambda phase, epoch: None)
