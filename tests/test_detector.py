@@ -7,7 +7,7 @@ import torch
 
 from fedgca.config import RunConfig
 from fedgca.data.source import DataSource
-from fedgca.detector import AnomalyDetector, load_client_detector, save_client_detectors
+from fedgca.detector import AnomalyDetector, client_detectors, load_client_detector, save_client_detectors
 from fedgca.evaluation.metrics import evaluate_clients
 from fedgca.models import init_model
 from fedgca.simulation.federation import build_federation
@@ -16,7 +16,7 @@ from fedgca.simulation.federation import build_federation
 def test_saved_threshold_equals_the_evaluations(tmp_path, data_dir):
     cfg = RunConfig(dataset="academic", clients=4, rounds=1)
     fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
-    save_client_detectors(tmp_path, fed, fed.clients)
+    save_client_detectors(tmp_path, client_detectors(fed, fed.clients))
     res = evaluate_clients(fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, cfg.resolved().quantile)
     for i in range(4):
         det = AnomalyDetector.load(tmp_path / "clients" / f"client_{i:03d}")
@@ -29,7 +29,7 @@ def test_load_client_detector_checks_the_manifest(tmp_path, data_dir):
 
     cfg = RunConfig(dataset="academic", clients=2, rounds=1)
     fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
-    rundir.record(tmp_path, *save_client_detectors(tmp_path, fed, fed.clients))
+    rundir.record(tmp_path, *save_client_detectors(tmp_path, client_detectors(fed, fed.clients)))
     assert load_client_detector(tmp_path, 1).threshold_ is not None
     model = tmp_path / "clients" / "client_001" / "model.pt"
     model.write_bytes(model.read_bytes()[:-10])

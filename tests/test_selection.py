@@ -100,11 +100,12 @@ def test_the_untrained_model_and_a_per_client_choice_are_what_is_deployed(data_d
     assert np.isfinite(det0.threshold_) and det0.threshold_ != det1.threshold_
 
 
-@pytest.mark.parametrize("method", ["gca", "fedavg"])
-def test_a_killed_run_resumes_to_the_same_choice(data_dir, tmp_path, kill_after_round, method):
-    """Every candidate's values and each client's best model so far are in the checkpoint (a shared model: one
-    choice for the federation)."""
-    options = dict(rounds=3, seed=100, selection="client-proxy-noise")
+@pytest.mark.parametrize("method,selection", [("gca", "client-proxy-noise"), ("fedavg", "client-proxy-noise"),
+                                              ("single", "ensemble-rounds")])
+def test_a_killed_run_resumes_to_the_same_choice(data_dir, tmp_path, kill_after_round, method, selection):
+    """Every candidate's values and each client's best model so far (an ensemble: every member) are in the
+    checkpoint (a shared model: one choice for the federation)."""
+    options = dict(rounds=3, seed=100, selection=selection)
     whole = api.run(data_dir / WBC, method, out=tmp_path / "whole", **options)
     kill_after_round(lambda: api.run(data_dir / WBC, method, out=tmp_path / "resumed", **options), 1)
     resumed = api.run(data_dir / WBC, method, out=tmp_path / "resumed", resume=True, **options)
@@ -125,3 +126,30 @@ def test_flower_refuses_a_client_selection_in_one_line(data_dir):
     cfg = RunConfig(dataset="magic", method="single", rounds=1, val_fraction=0.1, selection="client-val-error")
     with pytest.raises(ValueError, match="in-process simulator only"):
         run_server(None, cfg.resolved(), None)
+
+
+def test_an_ensemble_of_rounds_is_what_is_deployed_and_reported(data_dir, tmp_path):
+    """--selection ensemble-rounds: each client's detector holds its R + 1 models (the untrained one first), scores
+    the standardised mean of their reconstruction errors, survives save and load, and summary.json's selected
+    metrics are those of the saved detectors on the test rows."""
+    from fedgca.data.source import open_source
+    from fedgca.evaluation.metrics import auroc_rows
+    from fedgca.evaluation.signals import standardisation
+
+    run = api.run(data_dir / WBC, "gca", out=tmp_path / "ens", rounds=2, seed=100, selection="ensemble-rounds")
+    det = load_client_detector(run.out, 1)
+    assert len(det.members) == 3 and run.summary["selection"]["members"] == 3
+    untrained = init_model(100, det.input_shape, 1)
+    for a, b in zip(det.members[0].state_dict().values(), untrained.state_dict().values()):
+        assert torch.equal(a, b)
+    rows = np.random.default_rng(2).standard_normal((40, *det.input_shape)).astype(np.float32)
+    by_hand = np.mean([(((torch.as_tensor(rows) - m(torch.as_tensor(rows))) ** 2).sum(1).detach().numpy() - mu) / sd
+                       for m, (mu, sd) in zip(det.members, det.standardise)], axis=0)
+    np.testing.assert_allclose(det.decision_function(rows), by_hand, rtol=1e-4, atol=1e-5)
+    assert det.standardise[0] == tuple(run.summary["selection"]["standardise"][0][1])
+    mean, std = standardisation(np.array([1.0, 3.0]))
+    assert (mean, std) == (2.0, 1.0)
+    data = open_source(data_dir / WBC).load(100)
+    aurocs = [auroc_rows(load_client_detector(run.out, i).decision_function(data.test_x)[None, :],
+                         np.asarray(data.test_y).astype(bool))[0] for i in range(2)]
+    assert run.summary["selected"]["auroc"] == pytest.approx(float(np.mean(aurocs)), abs=1e-9)

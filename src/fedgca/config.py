@@ -95,7 +95,8 @@ class RunConfig:
                             "> 0): federation-val-error = the round with the lowest mean validation error, one for "
                             "all (the paper's presets); client-<signal> = each client's best of the untrained model "
                             "and every round's by that label-free signal of its validation rows (one choice for "
-                            "all where the model is shared; docs/results/adbench/signals)",
+                            "all where the model is shared); ensemble-rounds = each client's mean of all those "
+                            "models' scores, each standardised on its validation rows (docs/results/adbench/signals)",
                             choices=signals.SELECTIONS)
     eval_recon_epochs: bool = _later(True, "GCA: evaluate after every reconstruction epoch (the paper's evaluation "
                                    "points, for its peak statistic); off: once per round, as the baselines")

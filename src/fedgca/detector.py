@@ -34,14 +34,23 @@ from fedgca.protocol.losses import reconstruction_per_row
 class AnomalyDetector:
     def __init__(self, model: torch.nn.Module, *, quantile: float = 0.75, contamination: float | None = None,
                  threshold: float | None = None, preprocessor=None, dataset: str | None = None,
-                 kind: str = "tabular", meta: dict | None = None, schema=None, device=None):
-        """``device``: where it scores (fedgca.devices: a name or torch.device); None keeps the model's."""
+                 kind: str = "tabular", meta: dict | None = None, schema=None, device=None,
+                 members: list[torch.nn.Module] | None = None, standardise: list[tuple[float, float]] | None = None):
+        """``device``: where it scores (fedgca.devices: a name or torch.device); None keeps the model's.
+
+        ``members`` and ``standardise`` (``--selection ensemble-rounds``): the detector is the mean of several
+        models' reconstruction errors, each standardised by its (mean, std) on the client's validation normals
+        (``model`` is then the last member)."""
         if contamination is not None:
             if not 0 < contamination < 1:
                 raise ValueError(f"contamination must be in (0, 1), got {contamination!r}")
             quantile = 1.0 - contamination
-        self.model = (model if device is None else model.to(devices.resolve(device) if isinstance(device, str)
-                                                          else device)).eval()
+        if (members is None) != (standardise is None) or (members is not None and len(members) != len(standardise)):
+            raise ValueError("an ensemble detector needs one (mean, std) per member")
+        where = None if device is None else devices.resolve(device) if isinstance(device, str) else device
+        self.members = None if members is None else [(m if where is None else m.to(where)).eval() for m in members]
+        self.standardise = None if standardise is None else [(float(a), float(b)) for a, b in standardise]
+        self.model = (model if where is None else model.to(where)).eval()
         self.quantile = quantile
         self.threshold_ = threshold
         self.decision_scores_: np.ndarray | None = None
@@ -98,10 +107,15 @@ class AnomalyDetector:
 
     @torch.no_grad()
     def decision_function(self, X) -> np.ndarray:
-        """s(x) = ||x − T(x)||² for model-ready inputs, or for a DataFrame of raw records."""
+        """s(x) = ||x − T(x)||² for model-ready inputs, or for a DataFrame of raw records (an ensemble: the mean
+        over its members of (s_j(x) − mean_j) / std_j)."""
         x = torch.as_tensor(self._inputs(X), dtype=torch.float32, device=self.device)
-        out = [reconstruction_per_row(c, self.model(c), c.dim() - 1) for c in torch.split(x, 4096)]
-        return devices.to_numpy(torch.cat(out)) if out else np.zeros(0, dtype=np.float32)
+        if self.members is None:
+            return reconstruction_errors(self.model, x)
+        total = np.zeros(len(x), dtype=np.float64)
+        for m, (mean, std) in zip(self.members, self.standardise):
+            total += (reconstruction_errors(m, x) - mean) / std
+        return (total / len(self.members)).astype(np.float32)
 
     def fit(self, X: np.ndarray, y=None) -> "AnomalyDetector":
         """Score the (normal) training rows; τ = their ``quantile`` (SPEC §5, the same rule as the evaluation)."""
@@ -144,9 +158,14 @@ class AnomalyDetector:
         """Write model.pt and detector.json (atomically); returns their paths."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        rundir.save_tensors(d / MODEL, {k: v.cpu() for k, v in self.model.state_dict().items()})
+        if self.members is None:
+            rundir.save_tensors(d / MODEL, {k: v.cpu() for k, v in self.model.state_dict().items()})
+        else:  # every member's tensors in the one file, each name prefixed by its member's index
+            rundir.save_tensors(d / MODEL, {f"{MEMBER}{j}.{k}": v.cpu() for j, m in enumerate(self.members)
+                                            for k, v in m.state_dict().items()})
+        ensemble = {} if self.members is None else {"ensemble": {"standardise": [list(s) for s in self.standardise]}}
         doc = {"dataset": self.dataset, "kind": self.kind, "quantile": self.quantile,
-               "threshold": self.threshold_, **self.meta,
+               "threshold": self.threshold_, **self.meta, **ensemble,
                "preprocessor": self.preprocessor.to_dict() if self.preprocessor is not None else None,
                "schema": self.schema.to_dict() if self.schema is not None else None}
         rundir.atomic_write_text(d / DOC, json.dumps(doc, indent=2))
@@ -163,10 +182,23 @@ class AnomalyDetector:
             for name in (DOC, MODEL):
                 rundir.verify(run_dir, (d / name).relative_to(run_dir).as_posix())
         doc = rundir.load_json(d / DOC)
+        members = standardise = None
         try:
-            with torch.device("cpu"):  # the file's tensors are CPU tensors; moved to ``device`` below
-                model = build_model(tuple(doc["input_shape"]))
-            model.load_state_dict(rundir.load_tensors(d / MODEL))
+            tensors = rundir.load_tensors(d / MODEL)
+            if doc.get("ensemble") is not None:
+                standardise = [(float(a), float(b)) for a, b in doc["ensemble"]["standardise"]]
+                members = []
+                for j in range(len(standardise)):
+                    prefix = f"{MEMBER}{j}."
+                    with torch.device("cpu"):
+                        members.append(build_model(tuple(doc["input_shape"])))
+                    members[-1].load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
+                                                 if k.startswith(prefix)})
+                model = members[-1]
+            else:
+                with torch.device("cpu"):  # the file's tensors are CPU tensors; moved to ``device`` below
+                    model = build_model(tuple(doc["input_shape"]))
+                model.load_state_dict(tensors)
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
             if isinstance(err, rundir.RunFileError):
                 raise
@@ -182,12 +214,20 @@ class AnomalyDetector:
 
             schema = Schema.from_dict(doc["schema"], where=str(d / DOC))
         meta = {k: v for k, v in doc.items()
-                if k not in ("dataset", "kind", "quantile", "threshold", "preprocessor", "schema")}
+                if k not in ("dataset", "kind", "quantile", "threshold", "preprocessor", "schema", "ensemble")}
         return cls(model, quantile=doc["quantile"], threshold=doc["threshold"], preprocessor=pre,
-                   dataset=doc["dataset"], kind=doc["kind"], meta=meta, schema=schema, device=device)
+                   dataset=doc["dataset"], kind=doc["kind"], meta=meta, schema=schema, device=device,
+                   members=members, standardise=standardise)
+
+
+def reconstruction_errors(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray:
+    """s(x) = ||x − T(x)||² of one model, 4,096 rows at a time."""
+    out = [reconstruction_per_row(c, model(c), c.dim() - 1) for c in torch.split(x, 4096)]
+    return devices.to_numpy(torch.cat(out)) if out else np.zeros(0, dtype=np.float32)
 
 
 MODEL = "model.pt"
+MEMBER = "member"  # an ensemble's tensor names: member<j>.<parameter>
 DOC = "detector.json"
 
 
@@ -200,25 +240,46 @@ def load_client_detector(run_dir, i: int, device="cpu") -> "AnomalyDetector":
     return AnomalyDetector.load(client_dir(run_dir, i), run_dir=Path(run_dir), device=device)
 
 
-def save_client_detectors(run_dir, fed, clients, round_: int | list[int] | None = None) -> list[str]:
-    """One detector per client: its deployed model — the final round's, or with a validation split the selected
-    round's (``round_``: rounds trained, 0 = the untrained model; a list: each client's own choice) — threshold on
-    its own training (or validation) rows.
+def client_detectors(fed, clients, round_: int | list[int] | None = None, ensemble=None) -> list[AnomalyDetector]:
+    """One fitted detector per client: its deployed model — the final round's, or with a validation split the
+    selected round's (``round_``: rounds trained, 0 = the untrained model; a list: each client's own choice) —
+    threshold on its own training (or validation) rows. ``ensemble`` (``--selection ensemble-rounds``): a list of
+    (stacked parameters, per-client (mean, std) on validation) per round, 0 = untrained; each client's detector
+    is then the standardised mean of its models of every round.
 
-    ``clients``: the stacked deployed models. Returns the written files relative to ``run_dir`` (for the manifest).
-    """
-    written, run_dir = [], Path(run_dir)
+    ``clients``: the stacked deployed models."""
     rounds = round_ if isinstance(round_, list) else [fed.cfg.rounds if round_ is None else round_] * fed.num_clients
+    out = []
     for i in range(fed.num_clients):
         slot = min(i, clients.num_clients - 1)  # centralized: one model for everyone
-        model = clients.client_model(slot, fed.template)
+        members = standardise = None
+        if ensemble is not None:
+            members = [_model_of(fed.template, params, slot) for params, _ in ensemble]
+            standardise = [stats[slot] for _, stats in ensemble]
+        model = members[-1] if members else clients.client_model(slot, fed.template)
         det = AnomalyDetector(model, quantile=fed.cfg.quantile, preprocessor=fed.dataset.preprocessor,
                               dataset=fed.cfg.dataset, kind=fed.dataset.kind, schema=fed.dataset.schema,
-                              meta={"client": i, "method": fed.cfg.method, "round": int(rounds[min(i, len(rounds) - 1)]),
+                              meta={"client": i, "method": fed.cfg.method,
+                                    "round": int(rounds[min(i, len(rounds) - 1)]),
                                     "input_shape": list(fed.dataset.input_shape),
                                     "threshold_rows": "validation" if fed.cfg.threshold == "val-quantile"
-                                    else "training"}, device=fed.device)
+                                    else "training"}, device=fed.device, members=members, standardise=standardise)
         tau_rows = fed.val_shards if fed.cfg.threshold == "val-quantile" else fed.shards
-        det.fit(devices.to_numpy(tau_rows.client(i)))
+        out.append(det.fit(devices.to_numpy(tau_rows.client(i))))
+    return out
+
+
+def _model_of(template: torch.nn.Module, params: dict, slot: int) -> torch.nn.Module:
+    import copy
+
+    model = copy.deepcopy(template)
+    model.load_state_dict({k: v[slot].detach().clone() for k, v in params.items()})
+    return model
+
+
+def save_client_detectors(run_dir, detectors: list[AnomalyDetector]) -> list[str]:
+    """Each client's detector under ``run_dir``; returns the written files relative to it (for the manifest)."""
+    written, run_dir = [], Path(run_dir)
+    for i, det in enumerate(detectors):
         written += [p.relative_to(run_dir).as_posix() for p in det.save(client_dir(run_dir, i))]
     return written

@@ -21,7 +21,10 @@ GENERATORS = ("shuffle", "noise", "outside", "mixed")
 # The run option's choices: today's rule (one round for the federation, the lowest mean validation error over the
 # trained rounds) and the per-client rules over the untrained model and every round's.
 FEDERATION_VAL_ERROR = "federation-val-error"
-SELECTIONS = (FEDERATION_VAL_ERROR, "client-val-error", *(f"client-proxy-{g}" for g in GENERATORS))
+# No choice: each client deploys the mean of its models' standardised scores over the untrained model and every
+# round's (a snapshot ensemble; each model's reconstruction error standardised on the client's validation rows).
+ENSEMBLE_ROUNDS = "ensemble-rounds"
+SELECTIONS = (FEDERATION_VAL_ERROR, "client-val-error", *(f"client-proxy-{g}" for g in GENERATORS), ENSEMBLE_ROUNDS)
 PURPOSE = "synthetic-anomalies-{}"  # seeding purpose of a generator's rows (the signals study used the same)
 
 
@@ -67,8 +70,9 @@ def client_anomalies(normals: np.ndarray, kind: str, seed: int, client_id: int) 
 
 def signal_of(selection: str) -> str:
     """The signal a selection rule reads: ``val-error`` or ``proxy-<generator>``."""
-    if selection not in SELECTIONS:
-        raise ValueError(f"unknown selection {selection!r}; choose from {', '.join(SELECTIONS)}")
+    if selection not in SELECTIONS or selection == ENSEMBLE_ROUNDS:
+        raise ValueError(f"unknown selection signal {selection!r}; choose from "
+                         f"{', '.join(s for s in SELECTIONS if s != ENSEMBLE_ROUNDS)}")
     return "val-error" if selection == FEDERATION_VAL_ERROR else selection.removeprefix("client-")
 
 
@@ -102,3 +106,10 @@ def choose(history: np.ndarray, signal: str, shared: bool) -> np.ndarray:
     if shared:
         return np.full(h.shape[1], int(np.argmin(h.mean(axis=1))))
     return np.argmin(h, axis=0)
+
+
+def standardisation(validation_scores: np.ndarray) -> tuple[float, float]:
+    """(mean, std) of a model's scores on a client's validation normals: what makes models' scores comparable in
+    an ensemble (a std of 0 counts as 1e-12)."""
+    v = np.asarray(validation_scores, dtype=np.float64)
+    return float(v.mean()), max(float(v.std()), 1e-12)

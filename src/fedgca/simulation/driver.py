@@ -18,15 +18,15 @@ import torch
 from fedgca import devices
 from fedgca.algorithms import ClientWork, FederatedMethod, method_for
 from fedgca.algorithms.base import SUMMED, arrays_nbytes
-from fedgca.detector import save_client_detectors
+from fedgca.detector import client_detectors, save_client_detectors
 from fedgca.evaluation.selection import validation_selected
-from fedgca.evaluation.signals import FEDERATION_VAL_ERROR
+from fedgca.evaluation.signals import ENSEMBLE_ROUNDS, FEDERATION_VAL_ERROR
 from fedgca.protocol import secagg
 from fedgca.protocol.gca import UploadError
 from fedgca.rundir import CHECKPOINT, RunFileError
 from fedgca.simulation import evaluation
 from fedgca.simulation.reporting import summarise
-from fedgca.simulation.selection import ClientSelection
+from fedgca.simulation.selection import ClientSelection, RoundsEnsemble
 from fedgca.training.loop import ClientShards
 
 log = logging.getLogger("fedgca")
@@ -64,7 +64,9 @@ class Simulation:
         self.selected_round, self.selected_params = None, None
         # --selection client-*: each client's model chosen among the untrained one and every round's
         self.selection = None
-        if fed.val_shards is not None and fed.cfg.selection != FEDERATION_VAL_ERROR:
+        if fed.val_shards is not None and fed.cfg.selection == ENSEMBLE_ROUNDS:
+            self.selection = RoundsEnsemble(fed.cfg, self.deployed)
+        elif fed.val_shards is not None and fed.cfg.selection != FEDERATION_VAL_ERROR:
             self.selection = ClientSelection(fed.cfg, self.deployed,
                                              shared=self.method.deploys_global or fed.cfg.spec.pooled)
         self.rows: list[dict] = []
@@ -150,11 +152,14 @@ class Simulation:
 
     def finish(self, out, wall: float) -> tuple[dict, list[str]]:
         """The run is over: its summary, and each client's detector saved under ``out`` — the selected round's
-        models (with a validation split), else the final round's."""
+        models (with a validation split), else the final round's; under ``--selection`` the client's choice, or
+        the ensemble of its rounds."""
         fed, rounds = self.fed, self.fed.cfg.rounds
-        deployed_round = rounds
+        deployed_round, ensemble = rounds, None
         extra = self.method.summary_extra()
-        if self.selection is not None:
+        if isinstance(self.selection, RoundsEnsemble):
+            ensemble = self.selection.members
+        elif self.selection is not None:
             deployed_round = self.selection.apply()
             extra = {**extra, **evaluation.chosen_models(self.deployed, self.selection)}
         elif self.selected_params is not None and self.selected_round != rounds - 1:
@@ -162,6 +167,8 @@ class Simulation:
                 for k, v in fed.clients.params.items():
                     v.copy_(self.selected_params[k])
             deployed_round = self.selected_round + 1
+        detectors = client_detectors(fed, fed.clients, deployed_round, ensemble)
+        if ensemble is not None:
+            extra = {**extra, **evaluation.ensemble_detectors(fed, detectors, self.selection)}
         summary = summarise(fed.cfg, fed, extra, self.rows, self.comm, wall)
-        names = save_client_detectors(out, fed, fed.clients, deployed_round)
-        return summary, names
+        return summary, save_client_detectors(out, detectors)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from fedgca import runrecord
+import numpy as np
+
+from fedgca import devices, runrecord
 from fedgca.config import evaluated_clients
-from fedgca.evaluation.metrics import evaluate_clients, shard_scores
+from fedgca.evaluation.metrics import detection_metrics, evaluate_clients, shard_scores
 from fedgca.evaluation.selection import DETECTION
 
 
@@ -77,3 +79,19 @@ def chosen_models(d: Deployed, selection) -> dict:
                 "rule": f"each client's model (untrained or a round's) with the best {rec['signal']} on its "
                         f"validation rows ({rec['better']} is better; {rec['scope']})"}
     return {"selected": selected, "selection": rec}
+
+
+def ensemble_detectors(fed, detectors, ensemble) -> dict:
+    """summary.json's ``selected`` and ``selection`` under ``--selection ensemble-rounds``: the deployed detectors
+    themselves (each client's standardised mean over its rounds, τ from its own rows) scoring its test rows."""
+    per_client: dict[str, list] = {m: [] for m in DETECTION}
+    for i, det in enumerate(detectors):
+        x, y = fed.client_tests[i] if fed.client_tests is not None else (fed.test_x, fed.dataset.test_y)
+        res = detection_metrics(det.decision_function(devices.to_numpy(x))[None, :], y, np.array([det.threshold_]))
+        for m in DETECTION:
+            per_client[m].append(res["per_client"][m][0])
+    selected = {**{m: float(np.mean(per_client[m])) for m in DETECTION}, "round": len(ensemble.members) - 1,
+                "phase": "deployed", "epoch": "", "per_client": per_client,
+                "rule": f"each client's standardised mean of its {len(ensemble.members)} models (the untrained one "
+                        "and every round's; each model's scores standardised on the client's validation rows)"}
+    return {"selected": selected, "selection": ensemble.record()}

@@ -1,5 +1,6 @@
 """The simulator's per-client model choice (``--selection client-*``, issue #47): each client deploys the model —
-untrained (round 0) or after some round — that a label-free signal of ``fedgca.evaluation.signals`` rates best.
+untrained (round 0) or after some round — that a label-free signal of ``fedgca.evaluation.signals`` rates best;
+or (``--selection ensemble-rounds``, ``RoundsEnsemble``) the standardised mean of all of them.
 
 Each candidate is measured when it exists (before round 1, after each round); only each client's best model so far
 is kept (one copy of the stack), so a run never holds R models. Where every client deploys one shared model (a
@@ -91,3 +92,32 @@ class ClientSelection:
     def load_state_dict(self, state: dict) -> None:
         self.history = [list(map(float, h)) for h in state["history"]]
         self.best = {k: v.clone() for k, v in state["best"].items()} or None
+
+
+class RoundsEnsemble:
+    """``--selection ensemble-rounds``: every candidate's models (the untrained ones and each round's) and each
+    client's standardisation of them (mean and std of the model's scores on the client's validation rows); at the
+    end each client deploys their standardised mean. Holds R + 1 copies of the stack (small for SPEC's MLP)."""
+
+    def __init__(self, cfg, deployed):
+        self.cfg, self.deployed = cfg, deployed
+        self.members: list[tuple[dict, list]] = []  # per candidate: (stacked params, per-client (mean, std))
+
+    @torch.no_grad()
+    def observe(self, candidate: int) -> None:
+        assert candidate == len(self.members), "candidates are observed in order"
+        scores = shard_scores(self.deployed.clients, self.deployed.val_shards)
+        self.members.append(({k: v.detach().clone() for k, v in self.deployed.clients.params.items()},
+                             [signals.standardisation(s) for s in scores]))
+
+    def record(self) -> dict:
+        return {"rule": self.cfg.selection, "members": len(self.members),
+                "standardise": [[list(s) for s in stats] for _, stats in self.members],  # [candidate][client]
+                "revealed": "nothing: every member and its standardisation stay on the client"}
+
+    def state_dict(self) -> dict:
+        return {"members": [{"params": p, "standardise": [list(s) for s in st]} for p, st in self.members]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.members = [({k: v.clone() for k, v in m["params"].items()},
+                         [(float(a), float(b)) for a, b in m["standardise"]]) for m in state["members"]]
