@@ -9,6 +9,14 @@ run by run (same file, seed, partition and options; only the method differs).
 partitions. Writes ``compare.csv`` (one row per pair of runs) and ``compare.md`` (per partition and method pair:
 mean AUROC of each, the mean and the largest |Δ|, the pairs within the issue's bar — 0.5 pp for parameter sharing,
 1 pp for GCA — and the files whose mean over seeds is not).
+
+    .venv/bin/python scripts/secagg_compare.py --tabular results/secagg_tabular_dir/runs.csv [more runs.csv ...] \
+        --out docs/results/secagg --name tabular_dirichlet_pairs
+
+``--tabular``: ``fedgca compare`` sweeps holding both the secure and the plain methods; each secure run is paired
+with its plain run of the same dataset, seed and partition, and per dataset and pair the mean Δ of AUROC (peak and
+final) is written with the spread of Δ over seeds (its standard deviation and standard error): a Δ within about
+two standard errors of zero is what the seeds alone produce.
 """
 from __future__ import annotations
 
@@ -48,12 +56,48 @@ def report(pairs: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tabular(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Per dataset, partition and secure/plain pair: n seeds, mean AUROC of each, mean Δ, std and SE of Δ (pp)."""
+    keys = ["dataset", "partition", "seed"]
+    rows, lines = [], ["| dataset | partition | secure − plain | seeds | metric | mean plain | mean secure | mean Δ (pp) "
+                       "| std of Δ | SE of Δ | within the bar |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for method, (base, bar) in PAIRS.items():
+        both = runs[runs["method"] == method].merge(runs[runs["method"] == base], on=keys,
+                                                     suffixes=("_secure", "_plain"))
+        for (ds, part), g in both.groupby(["dataset", "partition"], sort=True):
+            for metric in ("peak_auroc", "final_auroc"):
+                d = 100 * (g[f"{metric}_secure"] - g[f"{metric}_plain"])
+                sd = float(d.std(ddof=1)) if len(d) > 1 else float("nan")
+                se = sd / len(d) ** 0.5
+                rows.append({"dataset": ds, "partition": part, "secure": method, "plain": base, "seeds": len(d),
+                             "metric": metric, "mean_plain": 100 * g[f"{metric}_plain"].mean(),
+                             "mean_secure": 100 * g[f"{metric}_secure"].mean(), "delta_pp": d.mean(),
+                             "delta_sd": sd, "delta_se": se, "bar_pp": bar})
+                ok = "yes" if abs(d.mean()) <= bar else ("no (within 2 SE)" if abs(d.mean()) <= 2 * se else "no")
+                lines.append(f"| {ds} | {part} | {method} − {base} | {len(d)} | {metric.replace('_', ' ')} | "
+                             f"{100 * g[f'{metric}_plain'].mean():.2f} | {100 * g[f'{metric}_secure'].mean():.2f} | "
+                             f"{d.mean():+.2f} | {sd:.2f} | {se:.2f} | {ok} |")
+    return pd.DataFrame(rows), "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("secure", nargs="+", help="bench_runs.csv of the secure runs")
-    ap.add_argument("--plain", required=True, help="bench_runs.csv of the plain runs")
+    ap.add_argument("secure", nargs="+", help="bench_runs.csv of the secure runs (--tabular: compare's runs.csv)")
+    ap.add_argument("--plain", help="bench_runs.csv of the plain runs")
+    ap.add_argument("--tabular", action="store_true", help="pair secure and plain runs within compare sweeps")
+    ap.add_argument("--name", default="tabular_pairs", help="--tabular: the output files' name")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    if args.tabular:
+        table, text = tabular(pd.concat([pd.read_csv(p) for p in args.secure], ignore_index=True))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.round(4).to_csv(out / f"{args.name}.csv", index=False)
+        (out / f"{args.name}.md").write_text(text)
+        print(text)
+        return 0
+    if not args.plain:
+        raise SystemExit("--plain: the plain runs' bench_runs.csv is needed (or --tabular)")
     secure = pd.concat([pd.read_csv(p) for p in args.secure], ignore_index=True)
     pairs = compare(secure, pd.read_csv(args.plain))
     out = Path(args.out)
