@@ -217,6 +217,14 @@ def table(out: Path) -> str:
     return text
 
 
+def today(doc: dict) -> float:
+    """Mean deployed AUROC ×100 under fedgca's default rule (``federation-val-error``): one round for the
+    federation, the trained round with the lowest mean validation error."""
+    auc = np.array([r["test_auroc"] for r in doc["rounds"]])
+    val = np.array([r["val_error"] for r in doc["rounds"]])
+    return float(100 * auc[1 + int(np.argmin(val[1:].mean(axis=1)))].mean())
+
+
 def ensemble_table(out: Path) -> str:
     """ensembles.md: per partition and method, mean AUROC ×100 of the validation-error pick, the untrained model,
     each score ensemble and the oracle — over every file, and over the files where training hurt (``HURT``)."""
@@ -226,7 +234,8 @@ def ensemble_table(out: Path) -> str:
     if not docs:
         return ""
     names = list(dict.fromkeys(n for d in docs for n in d["ensembles"]))  # GCA's have two more
-    head = ["partition", "method", "files", "runs", "val_error pick", "untrained", *names, "oracle"]
+    head = ["partition", "method", "files", "runs", "today (federation-val-error)", "client val_error pick",
+            "untrained", *names, "oracle"]
     body = []
     for part in sorted({d["partition"] for d in docs}):
         for m in sorted({d["method"] for d in docs}):
@@ -235,13 +244,23 @@ def ensemble_table(out: Path) -> str:
                 sel = [d for d in mine if keep(d)]
                 if not sel:
                     continue
-                cols = [[run_regret(d, "val_error")[2] for d in sel],
+                cols = [[today(d) for d in sel], [run_regret(d, "val_error")[2] for d in sel],
                         [100 * np.mean(d["rounds"][0]["test_auroc"]) for d in sel],
                         *[[100 * np.mean(d["ensembles"][n]) for d in sel if n in d["ensembles"]] for n in names],
                         [run_regret(d, ORACLE)[2] for d in sel]]
                 body.append([part, m, which, str(len(sel)), *[f"{np.mean(c):.2f}" if c else "–" for c in cols]])
     text = markdown(head, body)
     (out / "ensembles.md").write_text(text)
+    from fedgca.tabletext import csv_text
+
+    per_run = [[d["partition"], d["method"], d["file"], d["seed"], round(today(d), 3),
+                round(run_regret(d, "val_error")[2], 3),
+                round(100 * float(np.mean(d["rounds"][0]["test_auroc"])), 3),
+                *[round(100 * float(np.mean(d["ensembles"][n])), 3) if n in d["ensembles"] else "" for n in names],
+                round(run_regret(d, ORACLE)[2], 3)] for d in docs]
+    (out / "ensembles.csv").write_text(csv_text(["partition", "method", "file", "seed", "today", "client_val_error_pick",
+                                                 "untrained",
+                                                 *names, "oracle"], per_run))
     return text
 
 
