@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedgca.evaluation.signals import GENERATORS, client_anomalies, proxy_auroc
+from fedgca.evaluation.signals import GENERATORS, client_anomalies, proxy_auroc, standardisation
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNALS = ("val_error", "last", *(f"proxy_{g}" for g in GENERATORS))
@@ -75,7 +75,11 @@ def _ensembles(test: list, val: list, picked: list[int], y: np.ndarray, latent: 
     server broadcast that round, scored beside (and instead of) the reconstruction error."""
     from fedgca.evaluation.metrics import auroc_rows
 
-    z = np.stack([[(t[i] - v[i].mean()) / max(float(v[i].std()), 1e-12) for i in range(len(v))]
+    def std_scores(scores, validation):  # the run option's standardisation (ensemble-rounds)
+        mean, std = standardisation(validation)
+        return (scores - mean) / std
+
+    z = np.stack([[std_scores(t[i], v[i]) for i in range(len(v))]
                   for t, v in zip(test, val)])  # [rounds, clients, M]
     n = z.shape[1]
     sets = {"all rounds": lambda i: list(range(len(z))), "trained rounds": lambda i: list(range(1, len(z))),
@@ -84,7 +88,7 @@ def _ensembles(test: list, val: list, picked: list[int], y: np.ndarray, latent: 
     out = {name: auroc_rows(np.stack([z[rows(i), i].mean(axis=0) for i in range(n)]), y).tolist()
            for name, rows in sets.items()}
     if latent is not None:  # GCA: each client's distance to the nearest broadcast centroid, at the picked round
-        lz = [[None if t is None else (t[i] - v[i].mean()) / max(float(v[i].std()), 1e-12) for i in range(n)]
+        lz = [[None if t is None else std_scores(t[i], v[i]) for i in range(n)]
               for t, v in latent]  # [rounds][clients] (None: round 0, nothing broadcast yet)
         both, alone = [], []
         for i in range(n):

@@ -29,6 +29,7 @@ from fedgca import devices, rundir
 from fedgca.evaluation.threshold import quantile_threshold
 from fedgca.models import build_model
 from fedgca.protocol.losses import reconstruction_per_row
+from fedgca.training.stacked import slot_model
 
 
 class AnomalyDetector:
@@ -254,27 +255,19 @@ def client_detectors(fed, clients, round_: int | list[int] | None = None, ensemb
         slot = min(i, clients.num_clients - 1)  # centralized: one model for everyone
         members = standardise = None
         if ensemble is not None:
-            members = [_model_of(fed.template, params, slot) for params, _ in ensemble]
+            members = [slot_model(params, slot, fed.template) for params, _ in ensemble]
             standardise = [stats[slot] for _, stats in ensemble]
         model = members[-1] if members else clients.client_model(slot, fed.template)
         det = AnomalyDetector(model, quantile=fed.cfg.quantile, preprocessor=fed.dataset.preprocessor,
                               dataset=fed.cfg.dataset, kind=fed.dataset.kind, schema=fed.dataset.schema,
                               meta={"client": i, "method": fed.cfg.method,
-                                    "round": int(rounds[min(i, len(rounds) - 1)]),
+                                    "round": int(rounds[slot]),
                                     "input_shape": list(fed.dataset.input_shape),
                                     "threshold_rows": "validation" if fed.cfg.threshold == "val-quantile"
                                     else "training"}, device=fed.device, members=members, standardise=standardise)
         tau_rows = fed.val_shards if fed.cfg.threshold == "val-quantile" else fed.shards
         out.append(det.fit(devices.to_numpy(tau_rows.client(i))))
     return out
-
-
-def _model_of(template: torch.nn.Module, params: dict, slot: int) -> torch.nn.Module:
-    import copy
-
-    model = copy.deepcopy(template)
-    model.load_state_dict({k: v[slot].detach().clone() for k, v in params.items()})
-    return model
 
 
 def save_client_detectors(run_dir, detectors: list[AnomalyDetector]) -> list[str]:

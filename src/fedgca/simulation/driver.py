@@ -161,14 +161,13 @@ class Simulation:
             ensemble = self.selection.members
         elif self.selection is not None:
             deployed_round = self.selection.apply()
-            extra = {**extra, **evaluation.chosen_models(self.deployed, self.selection)}
         elif self.selected_params is not None and self.selected_round != rounds - 1:
             with torch.no_grad():
                 for k, v in fed.clients.params.items():
                     v.copy_(self.selected_params[k])
             deployed_round = self.selected_round + 1
         detectors = client_detectors(fed, fed.clients, deployed_round, ensemble)
-        if ensemble is not None:
-            extra = {**extra, **evaluation.ensemble_detectors(fed, detectors, self.selection)}
+        if self.selection is not None:
+            extra = {**extra, **evaluation.deployed(fed, detectors, self.selection)}
         summary = summarise(fed.cfg, fed, extra, self.rows, self.comm, wall)
         return summary, save_client_detectors(out, detectors)

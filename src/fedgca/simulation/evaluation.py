@@ -66,32 +66,17 @@ def recorder(d: Deployed, r: int, rows: list[dict], progress=None):
     return functools.partial(record, d, r, rows, progress)
 
 
-def chosen_models(d: Deployed, selection) -> dict:
-    """summary.json's ``selected`` and ``selection`` under ``--selection client-*``: the models each client
-    deploys (already in their slots), evaluated once as a metric row, and each client's choice with the signal's
-    values. ``round``: the round most clients chose (``selection.client_rounds``: each client's; 0 = untrained)."""
-    rec = selection.record()
-    rounds = rec["client_rounds"]
-    row = metric_row(d, 0, "deployed", -1)
-    mode = max(sorted(set(rounds)), key=rounds.count)
-    selected = {**{m: row[m] for m in DETECTION}, "round": mode, "phase": "deployed", "epoch": "",
-                "client_rounds": rounds, "per_client": row["per_client"],
-                "rule": f"each client's model (untrained or a round's) with the best {rec['signal']} on its "
-                        f"validation rows ({rec['better']} is better; {rec['scope']})"}
-    return {"selected": selected, "selection": rec}
-
-
-def ensemble_detectors(fed, detectors, ensemble) -> dict:
-    """summary.json's ``selected`` and ``selection`` under ``--selection ensemble-rounds``: the deployed detectors
-    themselves (each client's standardised mean over its rounds, τ from its own rows) scoring its test rows."""
+def deployed(fed, detectors, selection) -> dict:
+    """summary.json's ``selected`` and ``selection`` under ``--selection``: the saved detectors themselves (each
+    client's chosen model, or its ensemble of rounds; τ from its own rows) scoring its test rows — what ``score``
+    and ``predict`` will use — and the selection's own record (``selection.selected_fields``: the round(s), the
+    rule)."""
     per_client: dict[str, list] = {m: [] for m in DETECTION}
     for i, det in enumerate(detectors):
         x, y = fed.client_tests[i] if fed.client_tests is not None else (fed.test_x, fed.dataset.test_y)
         res = detection_metrics(det.decision_function(devices.to_numpy(x))[None, :], y, np.array([det.threshold_]))
         for m in DETECTION:
             per_client[m].append(res["per_client"][m][0])
-    selected = {**{m: float(np.mean(per_client[m])) for m in DETECTION}, "round": len(ensemble.members) - 1,
-                "phase": "deployed", "epoch": "", "per_client": per_client,
-                "rule": f"each client's standardised mean of its {len(ensemble.members)} models (the untrained one "
-                        "and every round's; each model's scores standardised on the client's validation rows)"}
-    return {"selected": selected, "selection": ensemble.record()}
+    selected = {**{m: float(np.mean(per_client[m])) for m in DETECTION}, "phase": "deployed", "epoch": "",
+                "per_client": per_client, **selection.selected_fields()}
+    return {"selected": selected, "selection": selection.record()}

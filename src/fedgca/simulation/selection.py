@@ -85,6 +85,14 @@ class ClientSelection:
             "revealed": "one scalar per client per candidate (its signal value); no row, score or model",
         }
 
+    def selected_fields(self) -> dict:
+        """summary.json's ``selected``: ``round`` the round most clients chose, ``client_rounds`` each one's."""
+        rounds = [int(j) for j in self.chosen()]
+        return {"round": max(sorted(set(rounds)), key=rounds.count), "client_rounds": rounds,
+                "rule": f"each client's model (untrained or a round's) with the best {self.signal} on its validation "
+                        f"rows ({'higher' if signals.higher_is_better(self.signal) else 'lower'} is better; "
+                        f"{'one choice for the shared model' if self.shared else 'per client'})"}
+
     def state_dict(self) -> dict:
         return {"history": [list(map(float, h)) for h in self.history],
                 "best": {k: v.detach().clone() for k, v in (self.best or {}).items()}}
@@ -114,6 +122,11 @@ class RoundsEnsemble:
         return {"rule": self.cfg.selection, "members": len(self.members),
                 "standardise": [[list(s) for s in stats] for _, stats in self.members],  # [candidate][client]
                 "revealed": "nothing: every member and its standardisation stay on the client"}
+
+    def selected_fields(self) -> dict:
+        return {"round": len(self.members) - 1,
+                "rule": f"each client's standardised mean of its {len(self.members)} models (the untrained one and "
+                        "every round's; each model's scores standardised on the client's validation rows)"}
 
     def state_dict(self) -> dict:
         return {"members": [{"params": p, "standardise": [list(s) for s in st]} for p, st in self.members]}

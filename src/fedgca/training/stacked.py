@@ -357,9 +357,7 @@ class StackedModels:
         return {k: v[i].detach().clone() for k, v in self.params.items()}
 
     def client_model(self, i: int, template: nn.Module) -> nn.Module:
-        model = copy.deepcopy(template)
-        model.load_state_dict(self.client_state_dict(i))
-        return model
+        return slot_model(self.params, i, template)
 
     def slot_view(self, i: int) -> "StackedModels":
         """Client i's parameters (shared, not copied) as a one-client stack for forward passes only."""
@@ -391,3 +389,10 @@ class StackedModels:
         for k, v in self.params.items():
             v.copy_(state["params"][k])
         self.optim.load_state_dict(state["optim"])
+
+
+def slot_model(params: dict[str, Tensor], i: int, template: nn.Module) -> nn.Module:
+    """Slot i of stacked parameters (a stack's, or a snapshot of them) as a model of ``template``'s kind."""
+    model = copy.deepcopy(template)
+    model.load_state_dict({k: v[i].detach().clone() for k, v in params.items()})
+    return model
