@@ -1,0 +1,185 @@
+"""GCA with a local twin (issue #47 item 2's third bullet, measured offline): does a client that keeps both its
+aligned model and an unaligned one lose nothing to alignment?
+
+    .venv/bin/python scripts/gca_twin.py --data-dir ../shared/data --seeds 100,200,300 --partition iid
+        [--files 6_cardio,...] [--workers 1] [--out docs/results/adbench/gca_twin]
+
+For every file × seed × partition one job runs Single-Client and GCA (own data's defaults, as `fedgca bench` runs
+them) on the same split and keeps, per client and per round (0 = untrained), the deployed model's reconstruction
+errors on the client's validation normals and on the test rows. It then scores, per client:
+
+* ``single`` and ``gca``: each method's model at the round fedgca's rule picks (federation-val-error);
+* ``twin``: the mean of those two models' errors, each standardised on the client's validation normals (what
+  ``--selection ensemble-rounds`` does to a client's models) — a client that trains both, aligned and not, and
+  deploys both;
+* ``twin-rounds``: the same over every round's models of both runs (the two ``ensemble-rounds`` detectors mixed);
+* ``gca-rounds`` / ``single-rounds``: one method's ``ensemble-rounds`` (for the comparison).
+
+No test label reaches a choice: the rounds come from validation error and the standardisation from validation
+rows. Each job writes one JSON file (resumable); ``--table`` writes ``twin.md`` and ``twin.csv``: per partition the
+mean AUROC, how many files keep GCA's variant ≥ Single-Client − 0.5 pp (the issue's bar), and the same on the
+files where training hurt.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fedgca.evaluation.signals import standardisation
+
+ROOT = Path(__file__).resolve().parents[1]
+HURT = ("7_Cardiotocography", "6_cardio", "15_Hepatitis", "41_Waveform", "23_mammography", "37_Stamps")
+VARIANTS = ("single", "gca", "twin", "single-rounds", "gca-rounds", "twin-rounds")
+
+
+def _trace(path: str, options: dict) -> dict:
+    """One run, its deployed models' validation and test errors per round: {"val": [rounds][clients] arrays,
+    "test": [rounds] [clients, M], "y": labels}."""
+    from fedgca.binding import bind
+    from fedgca.data.source import open_source
+    from fedgca.devices import to_numpy
+    from fedgca.evaluation.metrics import shard_scores, shared_scores
+    from fedgca.simulation.driver import Simulation
+    from fedgca.simulation.federation import build_federation
+
+    source = open_source(Path(path))
+    cfg, dataset = bind(options, source)
+    fed = build_federation(cfg, source, dataset)
+    if fed.val_shards is None:
+        raise ValueError(f"{path}: no validation split")
+    sim = Simulation(fed)
+    val, test = [], []
+
+    def keep():
+        d = sim.deployed
+        val.append([np.asarray(s, np.float64) for s in shard_scores(d.clients, d.val_shards)])
+        test.append(np.asarray(to_numpy(shared_scores(d.clients, fed.test_x))[:d.val_shards.num_clients],
+                               np.float64))
+
+    keep()
+    for r in range(cfg.rounds):
+        sim.run_round(r, lambda phase, epoch: None)
+        keep()
+    return {"val": val, "test": test, "y": np.asarray(fed.dataset.test_y).astype(bool)}
+
+
+def _picked(trace: dict) -> int:
+    """fedgca's rule: the trained round with the lowest mean validation error (one for the federation)."""
+    means = [np.mean([v.mean() for v in rnd]) for rnd in trace["val"][1:]]
+    return 1 + int(np.argmin(means))
+
+
+def _z(trace: dict, r: int, i: int) -> np.ndarray:
+    mean, std = standardisation(trace["val"][r][i])
+    return (trace["test"][r][i] - mean) / std
+
+
+def measure(path: str, seed: int, partition: str, out: str) -> str:
+    from fedgca.evaluation.metrics import auroc_rows
+    from fedgca.rundir import atomic_write_text
+    from fedgca.threads import limit_threads
+
+    limit_threads(1)
+    runs = {m: _trace(path, {"method": m, "seed": seed, "partition": partition}) for m in ("single", "gca")}
+    y = runs["gca"]["y"]
+    n = len(runs["gca"]["val"][0])
+    pick = {m: _picked(t) for m, t in runs.items()}
+    every = {m: range(len(t["val"])) for m, t in runs.items()}
+    scores = {
+        "single": [runs["single"]["test"][pick["single"]][i] for i in range(n)],
+        "gca": [runs["gca"]["test"][pick["gca"]][i] for i in range(n)],
+        "twin": [(_z(runs["single"], pick["single"], i) + _z(runs["gca"], pick["gca"], i)) / 2 for i in range(n)],
+        "single-rounds": [np.mean([_z(runs["single"], r, i) for r in every["single"]], axis=0) for i in range(n)],
+        "gca-rounds": [np.mean([_z(runs["gca"], r, i) for r in every["gca"]], axis=0) for i in range(n)],
+        "twin-rounds": [np.mean([_z(t, r, i) for t in runs.values() for r in range(len(t["val"]))], axis=0)
+                        for i in range(n)],
+    }
+    doc = {"file": Path(path).stem, "seed": seed, "partition": partition, "clients": n, "picked": pick,
+           "auroc": {k: auroc_rows(np.stack(v), y).tolist() for k, v in scores.items()}}
+    atomic_write_text(Path(out), json.dumps(doc))
+    return out
+
+
+def table(out: Path) -> str:
+    from fedgca.tabletext import csv_text, markdown
+
+    docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    rows, body = [], []
+    for part in sorted({d["partition"] for d in docs}):
+        mine = [d for d in docs if d["partition"] == part]
+        files = sorted({d["file"] for d in mine})
+        seeds = sorted({d["seed"] for d in mine})
+        # per file: the mean over its seeds of the mean over clients
+        per_file = {v: np.array([np.mean([np.mean(d["auroc"][v]) for d in mine if d["file"] == f]) * 100
+                                 for f in files]) for v in VARIANTS}
+        hurt = np.array([f in HURT for f in files])
+        for v in VARIANTS:
+            gap = per_file[v] - per_file["single"]
+            body.append([part, v, f"{len(files)} × {len(seeds)}", f"{per_file[v].mean():.2f}", f"{gap.mean():+.2f}",
+                         f"{int((gap >= -0.5).sum())}/{len(files)}",
+                         f"{per_file[v][hurt].mean():.2f}" if hurt.any() else "–"])
+        rows += [[part, f, v, round(float(per_file[v][k]), 3)] for k, f in enumerate(files) for v in VARIANTS]
+    head = ["partition", "variant", "files × seeds", "mean AUROC", "− Single-Client (pp)",
+            "files ≥ Single − 0.5 pp", "mean on the files where training hurt"]
+    text = markdown(head, body)
+    (out / "twin.md").write_text(text)
+    (out / "twin.csv").write_text(csv_text(["partition", "file", "variant", "auroc"], rows))
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--files", default=None)
+    ap.add_argument("--seeds", default="100")
+    ap.add_argument("--partition", default="iid")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "adbench" / "gca_twin"))
+    ap.add_argument("--table", action="store_true", help="only write the table of the jobs measured")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.table:
+        from fedgca.experiments import bench
+        from fedgca.experiments.pool import (
+            _worker_init,
+            bare_main,
+            finish,
+            worker_context,
+        )
+
+        files, _ = bench.discover([Path(args.data_dir) / "adbench"])
+        if args.files:
+            files = [f for f in files if f.stem in args.files.split(",")]
+        jobs = [(str(f), int(s), args.partition, str(out / f"{f.stem}-{args.partition}-seed{s}.json"))
+                for s in args.seeds.split(",") for f in files]
+        todo = [j for j in jobs if not Path(j[3]).exists()]
+        import gca_twin  # the workers find the job by this module's name (this file is __main__ here)
+
+        logging.basicConfig(level=logging.WARNING)
+        print(f"{len(todo)} of {len(jobs)} jobs to measure", file=sys.stderr)
+        pool = cf.ProcessPoolExecutor(args.workers, mp_context=worker_context(), initializer=_worker_init,
+                                      initargs=(1, False))
+        completed = False
+        try:
+            with bare_main():
+                for fut in cf.as_completed([pool.submit(gca_twin.measure, *j) for j in todo]):
+                    try:
+                        print(f"measured {Path(fut.result()).name}", file=sys.stderr)
+                    except Exception as err:  # noqa: BLE001 — one line, the others go on
+                        print(f"failed: {type(err).__name__}: {err}", file=sys.stderr)
+            completed = True
+        finally:
+            finish(pool, completed)
+    print(table(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
