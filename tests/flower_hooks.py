@@ -48,6 +48,8 @@ def faulty_client_app():
     app.query("info")(fedgca_client.info)
     app.query("stats")(fedgca_client.stats)
     app.query("setup")(fedgca_client.setup)
+    app.query("candidate")(fedgca_client.candidate)  # --selection (fedgca.flower.choice)
+    app.query("deploy")(fedgca_client.deploy)
     for action in later_step_names():  # GCA's align: as fedgca's ClientApp
         app.train(action)(fedgca_client.train)
     app.evaluate()(fedgca_client.evaluate)

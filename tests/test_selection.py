@@ -12,9 +12,9 @@ import torch
 
 from fedgca import api, seeding
 from fedgca.detector import load_client_detector
+from fedgca.evaluation import candidates as selection_module
 from fedgca.evaluation import signals
 from fedgca.models import init_model
-from fedgca.simulation import selection as selection_module
 
 WBC = "adbench/42_WBC.npz"  # 2 clients, ~1 s a run
 
@@ -67,9 +67,10 @@ def test_no_test_label_or_test_row_reaches_the_choice(wbc_federation):
 
 
 def _forced(monkeypatch, per_candidate):
-    """Make the signal rate the candidates as ``per_candidate[j]`` (one value per client)."""
+    """Make the signal rate the candidates as ``per_candidate[j]`` (one value per client id; a Flower client's
+    one-model stack reads its own)."""
     def measure(self):
-        return list(per_candidate[len(self.history)])
+        return [per_candidate[len(self.history)][cid] for cid in self.client_ids]
     monkeypatch.setattr(selection_module.ClientSelection, "measure", measure)
 
 
@@ -119,13 +120,55 @@ def test_a_killed_run_resumes_to_the_same_choice(data_dir, tmp_path, kill_after_
                                       load_client_detector(resumed.out, i).decision_function(rows))
 
 
-def test_flower_refuses_a_client_selection_in_one_line(data_dir):
+@pytest.mark.parametrize("method,selection,forced", [
+    ("gca", "client-val-error", [[0.0, 9.0, 9.0], [5.0, 5.0, 1.0], [6.0, 1.0, 7.0]]),  # clients: rounds 0, 2, 1
+    ("fedavg", "client-proxy-noise", [[0.1, 0.1, 0.1], [0.9, 0.8, 0.9], [0.5, 0.5, 0.5]]),  # shared: round 1 of 2
+    ("single", "ensemble-rounds", None),
+])
+def test_flower_deploys_what_the_simulator_deploys(data_dir, tmp_path, monkeypatch, method, selection, forced):
+    """--selection on Flower (fedgca.flower.choice): candidate 0 by query.candidate, one value per round in each
+    evaluation, the shared model kept by the server, query.deploy at the end. summary.json's ``selected`` and
+    ``selection`` equal the simulator's to the last digit, and each node's detector (``detector-dir``) scores as the
+    simulator's saved detector of that client."""
     from fedgca.config import RunConfig
-    from fedgca.flower.rounds import run_server
+    from fedgca.flower.simulation import simulate
+    from fedgca.simulation.runner import run
 
-    cfg = RunConfig(dataset="magic", method="single", rounds=1, val_fraction=0.1, selection="client-val-error")
-    with pytest.raises(ValueError, match="in-process simulator only"):
-        run_server(None, cfg.resolved(), None)
+    if forced is not None:
+        _forced(monkeypatch, forced)
+    cfg = RunConfig(dataset="magic", method=method, clients=3, rounds=2, recon_epochs=1, align_epochs=1,
+                    local_epochs=1, seed=100, val_fraction=0.1, selection=selection)
+    nodes = tmp_path / "flower"  # fedgca flower simulate: each node's detector-dir is the run's directory
+    fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
+    sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
+    assert fl["selected"] == sim["selected"] and fl["selection"] == sim["selection"]
+    if forced is not None:
+        want = [0, 2, 1] if method == "gca" else [1, 1, 1]
+        assert fl["selection"]["client_rounds"] == want
+    for i in range(3):
+        node, saved = (load_client_detector(nodes, i), load_client_detector(tmp_path / "sim", i))
+        rows = np.random.default_rng(i).standard_normal((32, *saved.input_shape)).astype(np.float32)
+        assert node.meta["round"] == saved.meta["round"] and node.threshold_ == saved.threshold_
+        assert node.preprocessor.to_dict() == saved.preprocessor.to_dict()  # raw records read the same way
+        np.testing.assert_array_equal(node.decision_function(rows), saved.decision_function(rows))
+
+
+def test_a_flower_client_whose_rounds_were_rejected_deploys_its_untrained_model(data_dir, tmp_path):
+    """A GCA client whose uploads are refused every round (NaN codes) is never evaluated after round 0: its later
+    candidates count as NaN and it deploys its untrained model; the others choose as usual."""
+    from flower_hooks import faulty_client_app
+
+    from fedgca.config import RunConfig
+    from fedgca.flower.simulation import simulate
+
+    cfg = RunConfig(dataset="magic", method="gca", clients=3, rounds=2, recon_epochs=1, align_epochs=1, seed=100,
+                    val_fraction=0.1, selection="client-val-error")
+    s = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120, client_app=faulty_client_app(),
+                 node_extra={2: {"fault": "nan-codes"}})
+    values = np.array(s["selection"]["values"], dtype=float)  # [candidate][client]
+    assert values.shape == (3, 3) and np.isnan(values[1:, 2]).all() and np.isfinite(values[:, :2]).all()
+    assert s["selection"]["client_rounds"][2] == 0 and s["selection"]["client_rounds"][:2] == [2, 2]
+    assert np.isfinite(s["selected"]["per_client"]["auroc"]).all()
 
 
 def test_an_ensemble_of_rounds_is_what_is_deployed_and_reported(data_dir, tmp_path):

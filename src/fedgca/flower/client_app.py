@@ -34,8 +34,8 @@ from fedgca.data.encoding import released_stats
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.evaluation.threshold import quantile_threshold
+from fedgca.flower import choice, owndata
 from fedgca.flower import data as node_data
-from fedgca.flower import owndata
 from fedgca.flower.records import (
     ARRAYS,
     CONFIG,
@@ -247,7 +247,7 @@ def train(msg: Message, context: Context) -> Message:
     if step.metrics:
         records[METRICS] = MetricRecord(reply.metrics)
     if step == method.steps[-1] and not method.deploys_global:
-        records[EVALUATION] = MetricRecord(_evaluation(clients, node, cfg, evals, method))
+        records[EVALUATION] = MetricRecord(_evaluation(clients, node, cfg, evals, method, context, r))
     return _reply(msg, **records)
 
 
@@ -279,15 +279,58 @@ def evaluate(msg: Message, context: Context) -> Message:
         clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
         clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
     return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, _pending(context, r),
-                                                            _method(cfg, node)))})
+                                                            _method(cfg, node), context, r))})
 
 
-def _evaluation(clients: StackedModels, node, cfg, evals: dict, method) -> dict:
+def _evaluation(clients: StackedModels, node, cfg, evals: dict, method, context: Context, r: int) -> dict:
     """What an evaluation carries: the deployed model's metrics and this round's evaluations at the method's
-    evaluation points (one list over the epochs per metric)."""
+    evaluation points (one list over the epochs per metric); under ``--selection`` the model is also round
+    ``r``'s candidate (``fedgca.flower.choice``)."""
     values = {"client-id": node.client_id, "num-examples": int(len(node.train))}
+    values.update(choice.observe(context, cfg, node, clients, r + 1, choice.shared(cfg, method)))
     values.update({k.replace("_", "-"): v for k, v in _metrics(clients, node, cfg).items()})
     for phase, _ in method.evaluation_points():
         for m in METRIC_KEYS:
             values[f"{phase}-{m.replace('_', '-')}"] = [float(e[m]) for e in evals.get(phase, [])]
     return values
+
+
+# ---------------------------------------------------------------------------- --selection (fedgca.flower.choice)
+
+
+def _global_or_own(msg: Message, context: Context, cfg, node) -> StackedModels:
+    """The server's model the message carries, or this client's own."""
+    if ARRAYS not in msg.content:
+        return _clients(context, cfg, node)
+    clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
+    clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
+    return clients
+
+
+@app.query("candidate")
+def candidate(msg: Message, context: Context) -> Message:
+    """Candidate 0 of ``--selection``: this client's untrained model (or the initial global one), measured."""
+    cfg, node = _node(msg, context)
+    clients = _global_or_own(msg, context, cfg, node)
+    return _reply(msg, **{METRICS: MetricRecord(choice.observe(context, cfg, node, clients, 0,
+                                                               choice.shared(cfg, _method(cfg, node))))})
+
+
+@app.query("deploy")
+def deploy(msg: Message, context: Context) -> Message:
+    """The end of a ``--selection`` run: deploy this client's choice (or the server's chosen model, or the ensemble
+    of rounds) as a detector; reply its metrics on the test rows and the selection's record."""
+    cfg, node = _node(msg, context)
+    chosen = msg.content[CONFIG].get(choice.CHOSEN)
+    clients = _global_or_own(msg, context, cfg, node)
+    nc = dict(context.node_config)
+    if node_data.source_of(nc) == "csv":  # the detector reads raw records as the node's rows were read
+        from fedgca.data.encoding import TabularPreprocessor
+
+        pre = TabularPreprocessor.from_dict(from_json_record(context.state.config_records[STATE_SETUP]))
+        schema = node_data.csv_frame(nc)[0]
+    else:
+        pre, schema = node_data.builtin_encoding(cfg, nc)
+    out = choice.deploy(context, cfg, node, clients, init_model(cfg.seed, node.input_shape, node.client_id),
+                        None if chosen is None else int(chosen), pre, schema)
+    return _reply(msg, **{METRICS: MetricRecord(out)})

@@ -110,6 +110,14 @@ def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
     )
 
 
+def builtin_encoding(cfg: RunConfig, node_config: dict):
+    """(preprocessor, schema) of a built-in dataset: what the node's saved detector reads raw records with."""
+    from fedgca.data import load_dataset
+
+    ds = load_dataset(cfg.dataset, node_config.get("data-dir") or None, seed=cfg.seed)
+    return ds.preprocessor, ds.schema
+
+
 def _disk_cached(node_config: dict, key: tuple, build) -> dict[str, np.ndarray]:
     """A deployed ClientApp is a fresh process per message: keep this node's prepared arrays on its disk.
 

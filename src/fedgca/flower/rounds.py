@@ -19,7 +19,8 @@ from fedgca import methods, privacy, rundir, runrecord
 from fedgca.algorithms import Reply, method_for
 from fedgca.algorithms.base import SUMMED
 from fedgca.config import RunConfig
-from fedgca.evaluation.signals import FEDERATION_VAL_ERROR
+from fedgca.flower.choice import ServerChoice
+from fedgca.flower.choice import active as choice_active
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.records import (
     CONFIG,
@@ -110,6 +111,9 @@ def run_rounds(server: FlowerServer) -> dict:
     method = method_for(cfg, server.kind, sizes)
     method.start(server.template.state_dict(), len(server.clients))
     dz = int(server.template.latent_dim)
+    selection = ServerChoice(server, cfg, method) if choice_active(cfg) else None
+    if selection is not None:
+        selection.start()
     for r in range(cfg.rounds):
         t0 = time.perf_counter()
         part = server.participants(r)
@@ -131,6 +135,8 @@ def run_rounds(server: FlowerServer) -> dict:
         if rest:  # clients that did not finish the round, or everyone when the server's model is deployed
             rnd.evals.update(server.evaluate(r, rest, method, deployed))
         evals = {cid: rnd.evals[cid] for cid in sorted(rnd.evals)}
+        if selection is not None:
+            selection.observe(r, evals)
         t1 = time.perf_counter()
         server.finish_round(r, server.metric_rows(r, evals, method), {
             "round": r + 1, **rnd.comm,
@@ -145,7 +151,10 @@ def run_rounds(server: FlowerServer) -> dict:
             "wall_seconds": round(t1 - t0, 4),
             "phase_seconds": {**rnd.seconds, "evaluate": round(t1 - te, 4)},
         })
-    return method.summary_extra()
+    extra = method.summary_extra()
+    if selection is not None:
+        extra = {**(extra or {}), **selection.deploy()}
+    return extra
 
 
 def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions, data=None) -> dict:
@@ -156,9 +165,6 @@ def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions, data=None) -> di
     if cfg.paper_phase == "local":
         raise ValueError("--baseline-eval local runs in the in-process simulator only (the Flower apps evaluate "
                          "the global model)")
-    if cfg.selection != FEDERATION_VAL_ERROR:
-        raise ValueError(f"--selection {cfg.selection} runs in the in-process simulator only (the Flower apps "
-                         f"select by {FEDERATION_VAL_ERROR})")
     if cfg.eval_local_epochs:
         raise ValueError("--eval-local-epochs (a diagnostic) runs in the in-process simulator only")
     if privacy.is_record_dp(cfg) and cfg.threshold != "val-quantile":

@@ -31,6 +31,7 @@ from fedgca.config import RunConfig, evaluated_clients
 from fedgca.data.encoding import fit_from_stats, private_bounds
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
+from fedgca.flower.choice import VALUE as SELECTION_VALUE
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.recorder import Recorder
 from fedgca.flower.records import (
@@ -302,6 +303,8 @@ class FlowerServer:
                 m = dict(rep.content[record])
                 out[c.client_id] = {k: m[k.replace("_", "-")] for k in METRIC_KEYS} | {
                     f"{p}_{k}": list(m.get(f"{p}-{k.replace('_', '-')}", [])) for p in phases for k in METRIC_KEYS}
+                if SELECTION_VALUE in m:  # --selection: the deployed model's signal value (fedgca.flower.choice)
+                    out[c.client_id]["selection_value"] = float(m[SELECTION_VALUE])
             except (KeyError, TypeError) as e:
                 self.reject(kind, r, c, f"malformed metrics ({e})")
         return out

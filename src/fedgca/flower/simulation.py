@@ -14,14 +14,18 @@ client i holds the simulator's partition i, and both produce the files of
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
 
 from fedgca.config import RunConfig
+from fedgca.evaluation.signals import FEDERATION_VAL_ERROR
 from fedgca.flower.config import to_run_config
 from fedgca.ray_local import pin_loopback
 from fedgca.threads import available_cores
+
+log = logging.getLogger("fedgca.flower")
 
 ENGINES = ("inprocess", "ray")
 
@@ -102,6 +106,12 @@ def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=Non
         if own:
             node_extra = {i: {**nc, **(node_extra or {}).get(i, {})}
                           for i, nc in own_data_nodes(source, out, cfg, dataset).items()}
+        if cfg.selection != FEDERATION_VAL_ERROR and engine == "ray":
+            log.warning("--selection on the Ray engine: its nodes get no detector-dir, so they write no detector "
+                        "(the in-process engine writes them under %s/clients/)", out)
+        elif cfg.selection != FEDERATION_VAL_ERROR:  # --selection: each node writes its detector where the simulator does
+            node_extra = {i: {"detector-dir": str(out.resolve()), **(node_extra or {}).get(i, {})}
+                          for i in range(cfg.clients)}
         run_config = to_run_config(cfg, out_dir=str(out.resolve()), **flower_options)
         server_app = make_server_app(run_config, data=dataset if own else None)
         if engine == "inprocess":

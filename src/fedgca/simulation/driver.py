@@ -19,6 +19,7 @@ from fedgca import devices
 from fedgca.algorithms import ClientWork, FederatedMethod, method_for
 from fedgca.algorithms.base import SUMMED, arrays_nbytes
 from fedgca.detector import client_detectors, save_client_detectors
+from fedgca.evaluation.candidates import ClientSelection, RoundsEnsemble
 from fedgca.evaluation.selection import validation_selected
 from fedgca.evaluation.signals import ENSEMBLE_ROUNDS, FEDERATION_VAL_ERROR
 from fedgca.protocol import secagg
@@ -26,7 +27,6 @@ from fedgca.protocol.gca import UploadError
 from fedgca.rundir import CHECKPOINT, RunFileError
 from fedgca.simulation import evaluation
 from fedgca.simulation.reporting import summarise
-from fedgca.simulation.selection import ClientSelection, RoundsEnsemble
 from fedgca.training.loop import ClientShards
 
 log = logging.getLogger("fedgca")

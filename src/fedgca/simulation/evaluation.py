@@ -6,12 +6,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import numpy as np
-
 from fedgca import devices, runrecord
 from fedgca.config import evaluated_clients
-from fedgca.evaluation.metrics import detection_metrics, evaluate_clients, shard_scores
-from fedgca.evaluation.selection import DETECTION
+from fedgca.evaluation import candidates
+from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 
 
 @dataclass
@@ -70,13 +68,9 @@ def deployed(fed, detectors, selection) -> dict:
     """summary.json's ``selected`` and ``selection`` under ``--selection``: the saved detectors themselves (each
     client's chosen model, or its ensemble of rounds; τ from its own rows) scoring its test rows — what ``score``
     and ``predict`` will use — and the selection's own record (``selection.selected_fields``: the round(s), the
-    rule)."""
-    per_client: dict[str, list] = {m: [] for m in DETECTION}
+    rule). A Flower client computes the same (``fedgca.flower.choice.deploy``)."""
+    per_client = []
     for i, det in enumerate(detectors):
         x, y = fed.client_tests[i] if fed.client_tests is not None else (fed.test_x, fed.dataset.test_y)
-        res = detection_metrics(det.decision_function(devices.to_numpy(x))[None, :], y, np.array([det.threshold_]))
-        for m in DETECTION:
-            per_client[m].append(res["per_client"][m][0])
-    selected = {**{m: float(np.mean(per_client[m])) for m in DETECTION}, "phase": "deployed", "epoch": "",
-                "per_client": per_client, **selection.selected_fields()}
-    return {"selected": selected, "selection": selection.record()}
+        per_client.append(candidates.deployed_metrics(det.decision_function(devices.to_numpy(x)), y, det.threshold_))
+    return candidates.deployed_summary(per_client, selection.selected_fields(), selection.record())

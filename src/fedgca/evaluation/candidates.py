@@ -1,0 +1,182 @@
+"""The candidate models a client chooses among (``--selection``, issue #47): each client deploys the model —
+untrained (round 0) or after some round — that a label-free signal of ``fedgca.evaluation.signals`` rates best
+(``ClientSelection``); or (``--selection ensemble-rounds``, ``RoundsEnsemble``) the standardised mean of all of them.
+
+Both drivers keep them with these classes: the simulator over its stack of every client, a Flower client over its
+own one-model stack (``fedgca.flower.client_app``), with ``client_ids`` naming whose synthetic anomalies a slot draws.
+Each candidate is measured when it exists (before round 1, after each round); only each client's best model so far
+is kept (one copy of the stack), so a run never holds R models. Where every client deploys one shared model (a
+parameter-sharing method, Centralized) the federation chooses one candidate by the mean of the clients' values: on
+Flower the server does (``choice_record`` and ``choice_fields`` read only the values the clients report).
+What a client reveals for it: one scalar per candidate (its signal value).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedgca import devices
+from fedgca.evaluation import signals
+from fedgca.evaluation.metrics import detection_metrics, shard_scores, shared_scores
+from fedgca.evaluation.selection import DETECTION
+
+
+class ClientSelection:
+    """The choice among the candidates measured so far; ``observe(j)`` measures the models after j rounds."""
+
+    def __init__(self, cfg, deployed, shared: bool, client_ids: list[int] | None = None):
+        self.cfg, self.deployed, self.shared = cfg, deployed, shared
+        self.client_ids = list(range(deployed.val_shards.num_clients)) if client_ids is None else list(client_ids)
+        self.signal = signals.signal_of(cfg.selection)
+        self.history: list[list[float]] = []  # [candidate][client]
+        self.best: dict[str, torch.Tensor] | None = None  # each slot's best model so far
+        self._fakes: list[torch.Tensor] | None = None
+
+    def _anomalies(self) -> list[torch.Tensor]:
+        """Each client's synthetic anomalies (drawn once; from its validation rows alone)."""
+        if self._fakes is None:
+            val = self.deployed.val_shards
+            kind = signals.generator_of(self.signal)
+            self._fakes = [torch.as_tensor(signals.client_anomalies(devices.to_numpy(val.client(i)), kind,
+                                                                    self.cfg.seed, cid),
+                                           dtype=torch.float32, device=val.device)
+                           for i, cid in enumerate(self.client_ids)]
+        return self._fakes
+
+    def measure(self) -> list[float]:
+        """The signal of each client's deployed model, from its validation rows (and their synthetic anomalies)."""
+        models, val = self.deployed.clients, self.deployed.val_shards
+        scores = shard_scores(models, val)
+        if self.signal == "val-error":
+            return [float(s.mean()) for s in scores]
+        fakes = self._anomalies()
+        return [signals.proxy_auroc(scores[i], devices.to_numpy(shared_scores(models.slot_view(i), fakes[i]))[0])
+                for i in range(val.num_clients)]
+
+    def chosen(self) -> np.ndarray:
+        return signals.choose(np.array(self.history), self.signal, self.shared)
+
+    @torch.no_grad()
+    def observe(self, candidate: int) -> list[float]:
+        """Measure the models after ``candidate`` rounds; keep them for the clients whose choice they now are.
+        Returns the values measured. A candidate never measured (a Flower client that missed a round's
+        evaluation) counts as NaN: never chosen."""
+        assert candidate >= len(self.history), "candidates are observed in order"
+        n = len(self.client_ids)
+        self.history += [[float("nan")] * n for _ in range(candidate - len(self.history))]
+        self.history.append(self.measure())
+        params = self.deployed.clients.params
+        if self.best is None:
+            self.best = {k: v.detach().clone() for k, v in params.items()}
+            return self.history[-1]
+        now = torch.as_tensor(self.chosen() == candidate)
+        if bool(now.any()):
+            for k, v in params.items():
+                self.best[k][now.to(v.device)] = v[now.to(v.device)]
+        return self.history[-1]
+
+    @torch.no_grad()
+    def apply(self) -> list[int]:
+        """Put each client's chosen model in its slot; returns the rounds chosen (0 = untrained)."""
+        for k, v in self.deployed.clients.params.items():
+            v.copy_(self.best[k])
+        return [int(j) for j in self.chosen()]
+
+    def record(self) -> dict:
+        return choice_record(self.cfg.selection, self.history, self.shared)
+
+    def selected_fields(self) -> dict:
+        return choice_fields(self.cfg.selection, self.history, self.shared)
+
+    def state_dict(self) -> dict:
+        return {"history": [list(map(float, h)) for h in self.history],
+                "best": {k: v.detach().clone() for k, v in (self.best or {}).items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = [list(map(float, h)) for h in state["history"]]
+        self.best = {k: v.clone() for k, v in state["best"].items()} or None
+
+
+def choice_record(rule: str, history, shared: bool) -> dict:
+    """summary.json's ``selection`` from every candidate's values ``history`` [candidate][client]: the rule, the
+    values, each client's choice (what the Flower server writes from the values its clients report)."""
+    signal = signals.signal_of(rule)
+    chosen = [int(j) for j in signals.choose(np.array(history), signal, shared)]
+    return {
+        "rule": rule, "signal": signal,
+        "better": "higher" if signals.higher_is_better(signal) else "lower",
+        "scope": "federation (one shared model: the mean over clients)" if shared else "per client",
+        "client_rounds": chosen,
+        "untrained_share": float(np.mean(np.array(chosen) == 0)),
+        "values": [[float(v) for v in row] for row in history],  # [candidate round][client]
+        "revealed": "one scalar per client per candidate (its signal value); no row, score or model",
+    }
+
+
+def choice_fields(rule: str, history, shared: bool) -> dict:
+    """summary.json's ``selected``: ``round`` the round most clients chose, ``client_rounds`` each one's."""
+    signal = signals.signal_of(rule)
+    rounds = [int(j) for j in signals.choose(np.array(history), signal, shared)]
+    return {"round": max(sorted(set(rounds)), key=rounds.count), "client_rounds": rounds,
+            "rule": f"each client's model (untrained or a round's) with the best {signal} on its validation "
+                    f"rows ({'higher' if signals.higher_is_better(signal) else 'lower'} is better; "
+                    f"{'one choice for the shared model' if shared else 'per client'})"}
+
+
+class RoundsEnsemble:
+    """``--selection ensemble-rounds``: every candidate's models (the untrained ones and each round's) and each
+    client's standardisation of them (mean and std of the model's scores on the client's validation rows); at the
+    end each client deploys their standardised mean. Holds R + 1 copies of the stack (small for SPEC's MLP)."""
+
+    def __init__(self, cfg, deployed):
+        self.cfg, self.deployed = cfg, deployed
+        self.members: list[tuple[dict, list]] = []  # per candidate: (stacked params, per-client (mean, std))
+
+    @torch.no_grad()
+    def observe(self, candidate: int) -> None:
+        assert candidate >= len(self.members), "candidates are observed in order"  # a Flower client may miss one
+        scores = shard_scores(self.deployed.clients, self.deployed.val_shards)
+        self.members.append(({k: v.detach().clone() for k, v in self.deployed.clients.params.items()},
+                             [signals.standardisation(s) for s in scores]))
+
+    def record(self) -> dict:
+        return ensemble_record(self.cfg.selection, [stats for _, stats in self.members])
+
+    def selected_fields(self) -> dict:
+        return ensemble_fields(len(self.members))
+
+    def state_dict(self) -> dict:
+        return {"members": [{"params": p, "standardise": [list(s) for s in st]} for p, st in self.members]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.members = [({k: v.clone() for k, v in m["params"].items()},
+                         [(float(a), float(b)) for a, b in m["standardise"]]) for m in state["members"]]
+
+
+def ensemble_record(rule: str, standardise) -> dict:
+    """summary.json's ``selection`` of an ensemble: ``standardise`` [candidate][client] (mean, std)."""
+    return {"rule": rule, "members": len(standardise),
+            "standardise": [[list(s) for s in stats] for stats in standardise],
+            "revealed": "nothing to choose; each member's (mean, std) on the client's validation rows is reported "
+                        "for this record only (no row, score or model)"}
+
+
+def ensemble_fields(members: int) -> dict:
+    return {"round": members - 1,
+            "rule": f"each client's standardised mean of its {members} models (the untrained one and every "
+                    "round's; each model's scores standardised on the client's validation rows)"}
+
+
+def deployed_metrics(scores: np.ndarray, test_y: np.ndarray, threshold: float) -> dict:
+    """A deployed detector's metrics: its scores of the test rows at its threshold."""
+    res = detection_metrics(np.asarray(scores)[None, :], test_y, np.array([threshold]))
+    return {m: float(res["per_client"][m][0]) for m in DETECTION}
+
+
+def deployed_summary(per_client: list[dict], fields: dict, record: dict) -> dict:
+    """summary.json's ``selected`` (the deployed detectors' metrics, mean over clients, and the selection's fields)
+    and ``selection`` (its record), from each client's ``deployed_metrics`` in client order."""
+    lists = {m: [float(c[m]) for c in per_client] for m in DETECTION}
+    selected = {**{m: float(np.mean(lists[m])) for m in DETECTION}, "phase": "deployed", "epoch": "",
+                "per_client": lists, **fields}
+    return {"selected": selected, "selection": record}
