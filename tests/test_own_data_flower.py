@@ -51,6 +51,14 @@ def test_flower_simulation_over_site_files_equals_the_simulator(sites, tmp_path,
     assert main(["run", "--threads", "1", *_args(sites, method, tmp_path / "sim")]) == 0
     assert main(["flower", "simulate", *_args(sites, method, tmp_path / "flower")]) == 0
     assert (tmp_path / "sim" / "metrics.csv").read_bytes() == (tmp_path / "flower" / "metrics.csv").read_bytes()
+    # each node wrote the detector the simulator saved for its site: it reads raw rows alike and scores them alike
+    from fedgca.detector import load_client_detector
+
+    raw = pd.read_csv(sites[0] / "services.csv", sep=";").head(50)
+    for i in range(3):
+        node, saved = load_client_detector(tmp_path / "flower", i), load_client_detector(tmp_path / "sim", i)
+        assert node.meta["round"] == saved.meta["round"] and node.threshold_ == saved.threshold_
+        assert (node.decision_function(raw) == saved.decision_function(raw)).all()
 
 
 def test_per_site_split_draws_each_site_alone(sites):

@@ -153,6 +153,35 @@ def test_flower_deploys_what_the_simulator_deploys(data_dir, tmp_path, monkeypat
         np.testing.assert_array_equal(node.decision_function(rows), saved.decision_function(rows))
 
 
+@pytest.mark.parametrize("method,options", [
+    # per-client models: each node keeps the federation's round (here round 1 of 3, kept through two rounds)
+    ("gca", {"dataset": "bank", "lr": 0.01, "val_fraction": 0.1, "rounds": 3}),
+    ("fedavg", {"dataset": "academic", "lr": 0.1, "val_fraction": 0.1, "rounds": 3}),  # shared: the server keeps it
+    ("single", {"dataset": "magic", "val_fraction": 0.0, "rounds": 2}),  # no validation split: the final round
+])
+def test_flower_nodes_write_the_detectors_the_simulator_saves(data_dir, tmp_path, method, options):
+    """The default rule on Flower: every node writes the detector of the round the federation selected (the
+    summary's ``selected``) under the run's directory, as the simulator saves it: the same round, threshold,
+    preprocessing and scores."""
+    from fedgca.config import RunConfig
+    from fedgca.flower.simulation import simulate
+    from fedgca.simulation.runner import run
+
+    cfg = RunConfig(method=method, clients=3, recon_epochs=1, align_epochs=1, local_epochs=1, seed=100, **options)
+    fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
+    sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
+    assert fl["selected"] == sim["selected"]
+    rounds = set()
+    for i in range(3):
+        node, saved = load_client_detector(tmp_path / "flower", i), load_client_detector(tmp_path / "sim", i)
+        assert node.meta["round"] == saved.meta["round"] and node.threshold_ == saved.threshold_
+        assert node.preprocessor.to_dict() == saved.preprocessor.to_dict()
+        rows = np.random.default_rng(i).standard_normal((32, *saved.input_shape)).astype(np.float32)
+        np.testing.assert_array_equal(node.decision_function(rows), saved.decision_function(rows))
+        rounds.add(node.meta["round"])
+    assert rounds == {sim["selected"]["round"]} == {({"gca": 1, "fedavg": 1}).get(method, 2)}
+
+
 def test_a_flower_client_whose_rounds_were_rejected_deploys_its_untrained_model(data_dir, tmp_path):
     """A GCA client whose uploads are refused every round (NaN codes) is never evaluated after round 0: its later
     candidates count as NaN and it deploys its untrained model; the others choose as usual."""

@@ -100,7 +100,6 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_app_dir(args) -> int:
-    from fedgca.evaluation.signals import FEDERATION_VAL_ERROR
     from fedgca.flower.config import to_run_config
     from fedgca.flower.deploy import deployment_commands, write_app
 
@@ -109,8 +108,7 @@ def cmd_app_dir(args) -> int:
     app = write_app(args.dir, to_run_config(cfg, **_options(args, out)))
     print(f"# Flower App project written to {app} (results of a run go to {out} on the SuperLink machine)")
     print(deployment_commands(cfg.clients, superlink_host=args.superlink_host, port=args.port,
-                              tls=not args.insecure, dataset_nodes=not args.own_data,
-                              detectors=cfg.selection != FEDERATION_VAL_ERROR))
+                              tls=not args.insecure, dataset_nodes=not args.own_data))
     return 0
 
 
@@ -125,7 +123,6 @@ def cmd_certs(args) -> int:
 
 
 def cmd_deploy_local(args) -> int:
-    from fedgca.evaluation.signals import FEDERATION_VAL_ERROR
     from fedgca.flower.config import to_run_config
     from fedgca.flower.deploy import LocalDeployment, write_app
 
@@ -136,8 +133,7 @@ def cmd_deploy_local(args) -> int:
     nodes = [{"partition-id": i, "num-partitions": cfg.clients} | ({"data-dir": str(Path(args.data_dir).resolve())}
                                                                       if args.data_dir else {})
              for i in range(cfg.clients)]
-    if cfg.selection != FEDERATION_VAL_ERROR:  # each node writes its deployed detector where the simulator does
-        nodes = [nc | {"detector-dir": str(out)} for nc in nodes]
+    nodes = [nc | {"detector-dir": str(out)} for nc in nodes]  # each node's detector, where the simulator writes it
     with LocalDeployment(work, nodes, tls=args.tls, warm=not args.cold_clientapps) as dep:
         print(f"SuperLink on {dep.address} ({'TLS' if args.tls else 'insecure'}), {len(nodes)} SuperNodes; "
               f"logs in {dep.logs}", file=sys.stderr)

@@ -13,7 +13,13 @@ The simulator's classes do the work (``fedgca.evaluation.candidates``): a Flower
   choice — or its ensemble of rounds — as a detector (threshold on its own rows; written under the node's
   ``detector-dir`` if it has one) and to report the detector's metrics on its test rows and its record.
 
-These two queries are bookkeeping of the selection, as the simulator's; they are in messages.jsonl, not comm.json.
+Under the default rule (``federation-val-error``) the detectors are written too, on nodes whose config has a
+``detector-dir``: the federation's round is chosen by the server from the metric rows (``validation_selected``, as the
+summary's ``selected``). Each message of a round names the round chosen so far (``selected-round``); a client keeps
+that round's model (and its latest, until the server's next message says whether it was chosen), and ``query.deploy``
+names the final choice. A shared model's chosen round the server keeps and sends.
+
+These queries are bookkeeping of the deployment, as in the simulator; they are in messages.jsonl, not comm.json.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import torch
 
 from fedgca import devices
 from fedgca.evaluation import candidates, signals
-from fedgca.evaluation.selection import DETECTION
+from fedgca.evaluation.selection import DETECTION, validation_selected
 from fedgca.evaluation.signals import ENSEMBLE_ROUNDS, FEDERATION_VAL_ERROR
 from fedgca.flower.records import (
     ARRAYS,
@@ -46,7 +52,8 @@ STATE = "fedgca.selection"  # context.state: the candidates' values / standardis
 STATE_MODELS = "fedgca.selection.models"  # context.state: the best model so far, or every member
 VALUE = "selection-value"  # an evaluation's signal value (MetricRecord key)
 CANDIDATE, DEPLOY = "query.candidate", "query.deploy"
-CHOSEN = "chosen-round"  # query.deploy's config: the shared model's round
+CHOSEN = "chosen-round"  # query.deploy's config: the shared model's round (the default rule: every client's)
+SELECTED = "selected-round"  # the default rule: a round's messages name the round the federation has chosen so far
 DETECTOR_DIR = "detector-dir"  # node config: where the client writes its detector (client_<id>/)
 
 
@@ -95,9 +102,44 @@ def _save(context, sel) -> None:
     context.state[STATE_MODELS] = array_record(arrays)
 
 
-def observe(context, cfg, node, clients, candidate: int, is_shared: bool) -> dict:
+def _keeps_selected_round(context, cfg, node, is_shared: bool) -> bool:
+    """The default rule: a per-client model on a node that writes its detector keeps the chosen round's model."""
+    return (not active(cfg) and not is_shared and node.val is not None
+            and bool(context.node_config.get(DETECTOR_DIR)))
+
+
+def _kept(context) -> tuple[dict, dict]:
+    """The default rule's state: ({"kept": round, "pending": round}, arrays "kept/<name>", "pending/<name>")."""
+    if STATE not in context.state.config_records:
+        return {"kept": None, "pending": None}, {}
+    return (from_json_record(context.state.config_records[STATE]),
+            numpy_dict(context.state.array_records[STATE_MODELS]))
+
+
+def _resolve(doc: dict, arrays: dict, selected) -> tuple[dict, dict]:
+    """The server's word on the federation's round so far: a pending model of that round becomes the kept one."""
+    if selected is not None and doc["pending"] is not None and int(selected) == doc["pending"]:
+        arrays = {f"kept/{k.split('/', 1)[1]}": v for k, v in arrays.items() if k.startswith("pending/")}
+        doc = {"kept": doc["pending"], "pending": None}
+    return doc, arrays
+
+
+def _keep_round(context, clients, candidate: int, selected) -> None:
+    doc, arrays = _resolve(*_kept(context), selected)
+    arrays = {k: v for k, v in arrays.items() if k.startswith("kept/")}
+    arrays.update({f"pending/{k}": v for k, v in clients.params.items()})
+    context.state[STATE] = json_record({"kept": doc["kept"], "pending": candidate})
+    context.state[STATE_MODELS] = array_record(arrays)
+
+
+def observe(context, cfg, node, clients, candidate: int, is_shared: bool, selected=None) -> dict:
     """Measure this client's deployed model ``clients`` as candidate ``candidate`` (0 = untrained); returns what its
-    evaluation reports (the signal value; nothing for an ensemble)."""
+    evaluation reports (the signal value; nothing for an ensemble). The default rule: keep it if it may become the
+    federation's round (``selected``: the round chosen so far, as the message says)."""
+    if _keeps_selected_round(context, cfg, node, is_shared):
+        if candidate > 0:
+            _keep_round(context, clients, candidate, selected)
+        return {}
     if not active(cfg) or node.val is None:
         return {}
     sel = _load(context, cfg, node, clients, is_shared)
@@ -113,30 +155,49 @@ def observe(context, cfg, node, clients, candidate: int, is_shared: bool) -> dic
     return {VALUE: float(value)}
 
 
-def deploy(context, cfg, node, clients, template, chosen_global: int | None, preprocessor=None, schema=None) -> dict:
-    """The client's deployed detector (its choice, the shared model the server chose, or its ensemble), threshold on
-    its own rows; its metrics on the test rows and its record, for the query.deploy reply. ``clients``: the server's
-    chosen model where shared (``chosen_global`` its round), else this client's own stack."""
-    from fedgca.detector import AnomalyDetector
+def _default_model(context, cfg, node, clients, template, chosen: int, chosen_is_global: bool):
+    """The default rule's model: the federation's round ``chosen`` (kept by this client, or the server's model)."""
+    if chosen_is_global or not _keeps_selected_round(context, cfg, node, False):
+        return clients.client_model(0, template), chosen  # the server's model, or the final round (no validation)
+    doc, arrays = _resolve(*_kept(context), chosen)
+    if doc["kept"] != chosen:  # this client missed that round's evaluation: its latest model, said so
+        log.warning("client %s has no model of round %s (it missed that round); deploying its latest",
+                    node.client_id, chosen)
+        return clients.client_model(0, template), cfg.rounds
+    kept = {k.split("/", 1)[1]: torch.as_tensor(np.array(v, copy=True)) for k, v in arrays.items()
+            if k.startswith("kept/")}
+    return slot_model(kept, 0, template), chosen
 
-    if node.val is None:
-        raise RuntimeError("--selection needs a validation split on every client (--val-fraction > 0)")
-    sel = _load(context, cfg, node, clients, chosen_global is not None)
+
+def deploy(context, cfg, node, clients, template, chosen: int | None, chosen_is_global: bool,
+           preprocessor=None, schema=None) -> dict:
+    """The client's deployed detector — its choice, the shared model the server chose, its ensemble, or (the
+    default rule) the federation's round ``chosen`` — threshold on its own rows, written under the node's
+    ``detector-dir``. Returns the query.deploy reply: the round, and under ``--selection`` the detector's metrics on
+    the test rows and the client's record. ``clients``: the server's chosen model where shared
+    (``chosen_is_global``), else this client's own stack."""
+    from fedgca.detector import AnomalyDetector, client_dir
+
     members = standardise = None
     out: dict = {}
-    if isinstance(sel, candidates.RoundsEnsemble):
-        members = [slot_model(params, 0, template) for params, _ in sel.members]
-        standardise = [st[0] for _, st in sel.members]
-        model, rounds = members[-1], len(members) - 1
-        out.update({"standardise-mean": [float(m) for m, _ in standardise],
-                    "standardise-std": [float(s) for _, s in standardise]})
+    if not active(cfg):
+        if not context.node_config.get(DETECTOR_DIR):
+            return {"round": int(chosen)}  # nothing to write; the summary's selected metrics are the metric rows'
+        model, rounds = _default_model(context, cfg, node, clients, template, int(chosen), chosen_is_global)
+    elif node.val is None:
+        raise RuntimeError("--selection needs a validation split on every client (--val-fraction > 0)")
     else:
-        if chosen_global is None:
-            rounds = sel.apply()[0]
+        sel = _load(context, cfg, node, clients, chosen_is_global)
+        if isinstance(sel, candidates.RoundsEnsemble):
+            members = [slot_model(params, 0, template) for params, _ in sel.members]
+            standardise = [st[0] for _, st in sel.members]
+            model, rounds = members[-1], len(members) - 1
+            out.update({"standardise-mean": [float(m) for m, _ in standardise],
+                        "standardise-std": [float(s) for _, s in standardise]})
         else:
-            rounds = int(chosen_global)
-        model = clients.client_model(0, template)
-        out["selection-values"] = [float(v[0]) for v in sel.history]
+            rounds = int(chosen) if chosen_is_global else sel.apply()[0]
+            model = clients.client_model(0, template)
+            out["selection-values"] = [float(v[0]) for v in sel.history]
     det = AnomalyDetector(model, quantile=cfg.quantile, preprocessor=preprocessor, dataset=cfg.dataset,
                           kind=node.kind, schema=schema,
                           meta={"client": node.client_id, "method": cfg.method, "round": int(rounds),
@@ -144,15 +205,13 @@ def deploy(context, cfg, node, clients, template, chosen_global: int | None, pre
                                 "threshold_rows": "validation" if cfg.threshold == "val-quantile" else "training"},
                           members=members, standardise=standardise)
     det.fit(node.val if cfg.threshold == "val-quantile" else node.train)
-    if node.test_x is not None and node.test_y is not None and len(np.unique(node.test_y)) == 2:
-        out.update(candidates.deployed_metrics(det.decision_function(node.test_x), node.test_y, det.threshold_))
-    else:
-        out.update({m: float("nan") for m in DETECTION})
+    if active(cfg):
+        labelled = node.test_x is not None and node.test_y is not None and len(np.unique(node.test_y)) == 2
+        out.update(candidates.deployed_metrics(det.decision_function(node.test_x), node.test_y, det.threshold_)
+                   if labelled else {m: float("nan") for m in DETECTION})
     out["round"] = int(rounds)
     where = context.node_config.get(DETECTOR_DIR)
     if where:
-        from fedgca.detector import client_dir
-
         det.save(client_dir(where, node.client_id))
     return out
 
@@ -168,6 +227,16 @@ class ServerChoice:
         self.shared = shared(cfg, method)
         self.values: list[dict[int, float]] = []  # [candidate] {client id: value}
         self.best_global = None  # a shared model's chosen candidate so far: (round, arrays)
+        self.selected_so_far: int | None = None  # the default rule: the federation's round so far
+
+    def round_config(self) -> dict:
+        """What a round's messages carry besides the run config: under the default rule with per-client models,
+        the round chosen so far (a client keeps that round's model for its detector)."""
+        return {} if self.selected_so_far is None or self.shared else {SELECTED: self.selected_so_far}
+
+    def _keep_global(self, candidate: int) -> None:
+        self.best_global = (candidate, {k: v.detach().clone() if isinstance(v, torch.Tensor) else np.array(v, copy=True)
+                                        for k, v in self.method.deployed().items()})
 
     def _history(self) -> np.ndarray:
         ids = [c.client_id for c in self.server.clients]
@@ -178,11 +247,12 @@ class ServerChoice:
         if not self.shared or self.cfg.selection == ENSEMBLE_ROUNDS:
             return
         if int(signals.choose(self._history(), signals.signal_of(self.cfg.selection), True)[0]) == candidate:
-            self.best_global = (candidate, {k: v.detach().clone() if isinstance(v, torch.Tensor) else np.array(v, copy=True)
-                                            for k, v in self.method.deployed().items()})
+            self._keep_global(candidate)
 
     def start(self) -> None:
         """Candidate 0: every client measures its untrained (or the initial global) model."""
+        if not active(self.cfg):
+            return
         server = self.server
         records = {CONFIG: config_record(self.cfg, round=-1)}
         if self.method.deploys_global:
@@ -194,7 +264,15 @@ class ServerChoice:
         self._keep(0)
 
     def observe(self, r: int, evals: dict) -> None:
-        """Round ``r``'s evaluations: candidate r + 1's values."""
+        """Round ``r``'s evaluations (its metric rows recorded): candidate r + 1's values; the default rule: the
+        federation's round so far."""
+        if not active(self.cfg):
+            rows = [row for row in self.server.rows if row["phase"] == "round"]
+            if self.cfg.val_fraction > 0 and rows and all(row["val_error"] == row["val_error"] for row in rows):
+                self.selected_so_far = int(validation_selected(rows)["round"])
+                if self.shared and self.selected_so_far == r + 1:
+                    self._keep_global(r + 1)
+            return
         self.values.append({cid: float(v.get("selection_value", np.nan)) for cid, v in evals.items()})
         self._keep(r + 1)
 
@@ -202,6 +280,16 @@ class ServerChoice:
         """query.deploy to every client; summary.json's ``selected`` and ``selection`` from the replies."""
         server, cfg = self.server, self.cfg
         records = {CONFIG: config_record(cfg, round=cfg.rounds)}
+        if not active(cfg):  # the default rule: the federation's round (the final one without a validation split)
+            chosen = self.selected_so_far or cfg.rounds
+            if self.shared and self.best_global is None:
+                self._keep_global(cfg.rounds)
+            records[CONFIG] = config_record(cfg, round=cfg.rounds, **{CHOSEN: chosen})
+            if self.shared:
+                records[ARRAYS] = array_record(self.best_global[1])
+            server.exchange(DEPLOY, cfg.rounds, [server.message_to(c.node_id, DEPLOY, cfg.rounds, **records)
+                                                 for c in server.clients])
+            return {}
         if self.best_global is not None:
             records[CONFIG] = config_record(cfg, round=cfg.rounds, **{CHOSEN: int(self.best_global[0])})
             records[ARRAYS] = array_record(self.best_global[1])

@@ -247,7 +247,8 @@ def train(msg: Message, context: Context) -> Message:
     if step.metrics:
         records[METRICS] = MetricRecord(reply.metrics)
     if step == method.steps[-1] and not method.deploys_global:
-        records[EVALUATION] = MetricRecord(_evaluation(clients, node, cfg, evals, method, context, r))
+        records[EVALUATION] = MetricRecord(_evaluation(clients, node, cfg, evals, method, context, r,
+                                                       cfgrec.get(choice.SELECTED)))
     return _reply(msg, **records)
 
 
@@ -279,15 +280,17 @@ def evaluate(msg: Message, context: Context) -> Message:
         clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
         clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
     return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, _pending(context, r),
-                                                            _method(cfg, node), context, r))})
+                                                            _method(cfg, node), context, r,
+                                                            msg.content[CONFIG].get(choice.SELECTED)))})
 
 
-def _evaluation(clients: StackedModels, node, cfg, evals: dict, method, context: Context, r: int) -> dict:
+def _evaluation(clients: StackedModels, node, cfg, evals: dict, method, context: Context, r: int,
+                selected=None) -> dict:
     """What an evaluation carries: the deployed model's metrics and this round's evaluations at the method's
-    evaluation points (one list over the epochs per metric); under ``--selection`` the model is also round
-    ``r``'s candidate (``fedgca.flower.choice``)."""
+    evaluation points (one list over the epochs per metric). The model is also round ``r``'s candidate for the
+    deployed detector (``fedgca.flower.choice``; ``selected``: the round the federation has chosen so far)."""
     values = {"client-id": node.client_id, "num-examples": int(len(node.train))}
-    values.update(choice.observe(context, cfg, node, clients, r + 1, choice.shared(cfg, method)))
+    values.update(choice.observe(context, cfg, node, clients, r + 1, choice.shared(cfg, method), selected))
     values.update({k.replace("_", "-"): v for k, v in _metrics(clients, node, cfg).items()})
     for phase, _ in method.evaluation_points():
         for m in METRIC_KEYS:
@@ -295,7 +298,7 @@ def _evaluation(clients: StackedModels, node, cfg, evals: dict, method, context:
     return values
 
 
-# ---------------------------------------------------------------------------- --selection (fedgca.flower.choice)
+# ---------------------------------------------------------------------------- the deployed model (fedgca.flower.choice)
 
 
 def _global_or_own(msg: Message, context: Context, cfg, node) -> StackedModels:
@@ -318,10 +321,13 @@ def candidate(msg: Message, context: Context) -> Message:
 
 @app.query("deploy")
 def deploy(msg: Message, context: Context) -> Message:
-    """The end of a ``--selection`` run: deploy this client's choice (or the server's chosen model, or the ensemble
-    of rounds) as a detector; reply its metrics on the test rows and the selection's record."""
+    """The end of a run: deploy this client's choice (or the server's chosen model, or the ensemble of rounds, or the
+    federation's round) as a detector, written under the node's ``detector-dir``; reply the round and, under
+    ``--selection``, the detector's metrics on the test rows and the selection's record."""
     cfg, node = _node(msg, context)
     chosen = msg.content[CONFIG].get(choice.CHOSEN)
+    if not choice.active(cfg) and not context.node_config.get(choice.DETECTOR_DIR):
+        return _reply(msg, **{METRICS: MetricRecord({"round": int(chosen)})})  # nothing to write on this node
     clients = _global_or_own(msg, context, cfg, node)
     nc = dict(context.node_config)
     if node_data.source_of(nc) == "csv":  # the detector reads raw records as the node's rows were read
@@ -332,5 +338,5 @@ def deploy(msg: Message, context: Context) -> Message:
     else:
         pre, schema = node_data.builtin_encoding(cfg, nc)
     out = choice.deploy(context, cfg, node, clients, init_model(cfg.seed, node.input_shape, node.client_id),
-                        None if chosen is None else int(chosen), pre, schema)
+                        None if chosen is None else int(chosen), ARRAYS in msg.content, pre, schema)
     return _reply(msg, **{METRICS: MetricRecord(out)})

@@ -20,7 +20,6 @@ from fedgca.algorithms import Reply, method_for
 from fedgca.algorithms.base import SUMMED
 from fedgca.config import RunConfig
 from fedgca.flower.choice import ServerChoice
-from fedgca.flower.choice import active as choice_active
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.records import (
     CONFIG,
@@ -111,13 +110,13 @@ def run_rounds(server: FlowerServer) -> dict:
     method = method_for(cfg, server.kind, sizes)
     method.start(server.template.state_dict(), len(server.clients))
     dz = int(server.template.latent_dim)
-    selection = ServerChoice(server, cfg, method) if choice_active(cfg) else None
-    if selection is not None:
-        selection.start()
+    selection = ServerChoice(server, cfg, method)  # the deployed models: --selection's, or the federation's round
+    selection.start()
     for r in range(cfg.rounds):
         t0 = time.perf_counter()
         part = server.participants(r)
-        rnd = _Round(r, config_record(cfg, round=r), part)
+        server.round_extra = selection.round_config()
+        rnd = _Round(r, config_record(cfg, round=r, **server.round_extra), part)
         for step in method.steps:
             ts = time.perf_counter()
             accepted = (_summed_step if step.summed else _exchange_step)(server, method, rnd, step, dz)
@@ -135,8 +134,6 @@ def run_rounds(server: FlowerServer) -> dict:
         if rest:  # clients that did not finish the round, or everyone when the server's model is deployed
             rnd.evals.update(server.evaluate(r, rest, method, deployed))
         evals = {cid: rnd.evals[cid] for cid in sorted(rnd.evals)}
-        if selection is not None:
-            selection.observe(r, evals)
         t1 = time.perf_counter()
         server.finish_round(r, server.metric_rows(r, evals, method), {
             "round": r + 1, **rnd.comm,
@@ -151,10 +148,8 @@ def run_rounds(server: FlowerServer) -> dict:
             "wall_seconds": round(t1 - t0, 4),
             "phase_seconds": {**rnd.seconds, "evaluate": round(t1 - te, 4)},
         })
-    extra = method.summary_extra()
-    if selection is not None:
-        extra = {**(extra or {}), **selection.deploy()}
-    return extra
+        selection.observe(r, evals)
+    return {**(method.summary_extra() or {}), **selection.deploy()}
 
 
 def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions, data=None) -> dict:

@@ -76,6 +76,7 @@ class FlowerServer:
         self.preprocessor: dict | None = None
         self._seen_nodes: set[int] = set()  # every node asked to register (so none is asked twice)
         self._rejoined: dict[int, dict[int, int]] = {}
+        self.round_extra: dict = {}  # what the current round's messages carry besides the run config
 
     # ------------------------------------------------------------------ messaging
 
@@ -284,7 +285,7 @@ class FlowerServer:
 
     def evaluate(self, r: int, targets: list[Client], method, arrays: ArrayRecord | None = None) -> dict:
         """Per-client metrics of the deployed models {client_id: metrics} (the server's model: ``arrays``)."""
-        cfgrec = config_record(self.cfg, round=r)
+        cfgrec = config_record(self.cfg, round=r, **self.round_extra)
         records = {CONFIG: cfgrec} if arrays is None else {ARRAYS: arrays, CONFIG: cfgrec}
         msgs = [self.message_to(c.node_id, "evaluate", r, **records) for c in targets]
         replies, _ = self.exchange("evaluate", r, msgs)

@@ -20,7 +20,6 @@ import shutil
 from pathlib import Path
 
 from fedgca.config import RunConfig
-from fedgca.evaluation.signals import FEDERATION_VAL_ERROR
 from fedgca.flower.config import to_run_config
 from fedgca.ray_local import pin_loopback
 from fedgca.threads import available_cores
@@ -106,10 +105,10 @@ def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=Non
         if own:
             node_extra = {i: {**nc, **(node_extra or {}).get(i, {})}
                           for i, nc in own_data_nodes(source, out, cfg, dataset).items()}
-        if cfg.selection != FEDERATION_VAL_ERROR and engine == "ray":
-            log.warning("--selection on the Ray engine: its nodes get no detector-dir, so they write no detector "
-                        "(the in-process engine writes them under %s/clients/)", out)
-        elif cfg.selection != FEDERATION_VAL_ERROR:  # --selection: each node writes its detector where the simulator does
+        if engine == "ray":
+            log.warning("the Ray engine's nodes get no detector-dir, so they write no detector (the in-process "
+                        "engine writes them under %s/clients/)", out)
+        else:  # each node writes its deployed detector where the simulator does
             node_extra = {i: {"detector-dir": str(out.resolve()), **(node_extra or {}).get(i, {})}
                           for i in range(cfg.clients)}
         run_config = to_run_config(cfg, out_dir=str(out.resolve()), **flower_options)
