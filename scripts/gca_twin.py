@@ -22,8 +22,6 @@ files where training hurt.
 """
 from __future__ import annotations
 
-import argparse
-import concurrent.futures as cf
 import json
 import logging
 import sys
@@ -41,19 +39,13 @@ VARIANTS = ("single", "gca", "twin", "single-rounds", "gca-rounds", "twin-rounds
 def _trace(path: str, options: dict) -> dict:
     """One run, its deployed models' validation and test errors per round: {"val": [rounds][clients] arrays,
     "test": [rounds] [clients, M], "y": labels}."""
-    from fedgca.binding import bind
-    from fedgca.data.source import open_source
+    from selection_signals import study_simulation
+
     from fedgca.devices import to_numpy
     from fedgca.evaluation.metrics import shard_scores, shared_scores
-    from fedgca.simulation.driver import Simulation
-    from fedgca.simulation.federation import build_federation
 
-    source = open_source(Path(path))
-    cfg, dataset = bind(options, source)
-    fed = build_federation(cfg, source, dataset)
-    if fed.val_shards is None:
-        raise ValueError(f"{path}: no validation split")
-    sim = Simulation(fed)
+    fed, sim = study_simulation(path, options)
+    cfg = fed.cfg
     val, test = [], []
 
     def keep():
@@ -121,12 +113,20 @@ def table(out: Path) -> str:
         hurt = np.array([f in HURT for f in files])
         for v in VARIANTS:
             gap = per_file[v] - per_file["single"]
+            # the paired difference's standard error over seeds, per file: where it exceeds 0.5 pp the bar
+            # "≥ Single − 0.5 pp" is not resolved by these seeds; "clearly below": mean + 2 s.e. < −0.5
+            paired = [np.array([100 * (np.mean(d["auroc"][v]) - np.mean(d["auroc"]["single"]))
+                                for d in mine if d["file"] == f]) for f in files]
+            se = np.array([x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else np.nan for x in paired])
             body.append([part, v, f"{len(files)} × {len(seeds)}", f"{per_file[v].mean():.2f}", f"{gap.mean():+.2f}",
                          f"{int((gap >= -0.5).sum())}/{len(files)}",
+                         "–" if v == "single" or np.isnan(se).all() else f"{int((gap + 2 * se < -0.5).sum())}",
+                         "–" if v == "single" or np.isnan(se).all() else f"{int((se > 0.5).sum())}",
                          f"{per_file[v][hurt].mean():.2f}" if hurt.any() else "–"])
         rows += [[part, f, v, round(float(per_file[v][k]), 3)] for k, f in enumerate(files) for v in VARIANTS]
     head = ["partition", "variant", "files × seeds", "mean AUROC", "− Single-Client (pp)",
-            "files ≥ Single − 0.5 pp", "mean on the files where training hurt"]
+            "files ≥ Single − 0.5 pp", "files clearly below (mean + 2 s.e. < −0.5)",
+            "files where the paired s.e. > 0.5 pp", "mean on the files where training hurt"]
     text = markdown(head, body)
     (out / "twin.md").write_text(text)
     (out / "twin.csv").write_text(csv_text(["partition", "file", "variant", "auroc"], rows))
@@ -134,29 +134,16 @@ def table(out: Path) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--files", default=None)
-    ap.add_argument("--seeds", default="100")
-    ap.add_argument("--partition", default="iid")
-    ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "adbench" / "gca_twin"))
-    ap.add_argument("--table", action="store_true", help="only write the table of the jobs measured")
-    args = ap.parse_args()
+    from selection_signals import study_arguments, study_files
+
+    args = study_arguments(__doc__.splitlines()[0], str(ROOT / "docs" / "results" / "adbench" / "gca_twin"),
+                           1).parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.table:
-        from fedgca.experiments import bench
-        from fedgca.experiments.pool import (
-            _worker_init,
-            bare_main,
-            finish,
-            worker_context,
-        )
+        from fedgca.experiments.pool import study_jobs
 
-        files, _ = bench.discover([Path(args.data_dir) / "adbench"])
-        if args.files:
-            files = [f for f in files if f.stem in args.files.split(",")]
+        files = study_files(args)
         jobs = [(str(f), int(s), args.partition, str(out / f"{f.stem}-{args.partition}-seed{s}.json"))
                 for s in args.seeds.split(",") for f in files]
         todo = [j for j in jobs if not Path(j[3]).exists()]
@@ -164,19 +151,7 @@ def main() -> int:
 
         logging.basicConfig(level=logging.WARNING)
         print(f"{len(todo)} of {len(jobs)} jobs to measure", file=sys.stderr)
-        pool = cf.ProcessPoolExecutor(args.workers, mp_context=worker_context(), initializer=_worker_init,
-                                      initargs=(1, False))
-        completed = False
-        try:
-            with bare_main():
-                for fut in cf.as_completed([pool.submit(gca_twin.measure, *j) for j in todo]):
-                    try:
-                        print(f"measured {Path(fut.result()).name}", file=sys.stderr)
-                    except Exception as err:  # noqa: BLE001 — one line, the others go on
-                        print(f"failed: {type(err).__name__}: {err}", file=sys.stderr)
-            completed = True
-        finally:
-            finish(pool, completed)
+        study_jobs(gca_twin.measure, todo, args.workers)
     print(table(out))
     return 0
 

@@ -23,7 +23,6 @@ the generators see only the client's validation rows (tests/test_selection_signa
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import json
 import logging
 import sys
@@ -100,23 +99,31 @@ def _ensembles(test: list, val: list, picked: list[int], y: np.ndarray, latent: 
     return out
 
 
-def measure_run(path: str, options: dict, out: str, ensembles: bool = False) -> str:
-    """One bench run (file, method, seed, partition), measured round by round; its JSON written to ``out``
-    (``ensembles``: also the score ensembles of ``_ensembles``)."""
+def study_simulation(path: str, options: dict):
+    """(federation, simulation) of one bench run of an ADBench file (own data's defaults, as `fedgca bench`), before
+    its first round; refused without a validation split (nothing for a signal to read)."""
     from fedgca.binding import bind
     from fedgca.data.source import open_source
-    from fedgca.rundir import atomic_write_text
     from fedgca.simulation.driver import Simulation
     from fedgca.simulation.federation import build_federation
-    from fedgca.threads import limit_threads
 
-    limit_threads(1)
     source = open_source(Path(path))
     cfg, dataset = bind(options, source)
     fed = build_federation(cfg, source, dataset)
     if fed.val_shards is None:
         raise ValueError(f"{path}: no validation split (--val-fraction 0): nothing for a signal to read")
-    method = Simulation(fed)
+    return fed, Simulation(fed)
+
+
+def measure_run(path: str, options: dict, out: str, ensembles: bool = False) -> str:
+    """One bench run (file, method, seed, partition), measured round by round; its JSON written to ``out``
+    (``ensembles``: also the score ensembles of ``_ensembles``)."""
+    from fedgca.rundir import atomic_write_text
+    from fedgca.threads import limit_threads
+
+    limit_threads(1)
+    fed, method = study_simulation(path, options)
+    cfg = fed.cfg
     test, val, latent = [], [], []
 
     def keep():
@@ -268,28 +275,39 @@ def ensemble_table(out: Path) -> str:
     return text
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def study_arguments(description: str, out: str, workers: int) -> argparse.ArgumentParser:
+    """The options every ADBench study script takes (this one and gca_twin.py)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--files", default=None, help="comma-separated file stems [default: every ADBench file]")
-    ap.add_argument("--methods", default="centralized,single,fedavg,fedprox,gca")
     ap.add_argument("--seeds", default="100")
     ap.add_argument("--partition", default="iid")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "adbench" / "signals"))
-    ap.add_argument("--table", action="store_true", help="only write the regret table of the runs measured")
+    ap.add_argument("--workers", type=int, default=workers)
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--table", action="store_true", help="only write the table of the runs measured")
+    return ap
+
+
+def study_files(args) -> list[Path]:
+    """The ADBench files of ``--data-dir`` (``--files``: only those stems)."""
+    from fedgca.experiments import bench
+
+    files, _ = bench.discover([Path(args.data_dir) / "adbench"])
+    return [f for f in files if not args.files or f.stem in args.files.split(",")]
+
+
+def main() -> int:
+    ap = study_arguments(__doc__.splitlines()[0], str(ROOT / "docs" / "results" / "adbench" / "signals"), 2)
+    ap.add_argument("--methods", default="centralized,single,fedavg,fedprox,gca")
     ap.add_argument("--ensembles", action="store_true",
                     help="also measure score ensembles of the candidate models (scripts' docstring)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.table:
-        from fedgca.experiments import bench
-        from fedgca.experiments.pool import _worker_init, bare_main, finish, worker_context
+        from fedgca.experiments.pool import study_jobs
 
-        files, _ = bench.discover([Path(args.data_dir) / "adbench"])
-        if args.files:
-            files = [f for f in files if f.stem in args.files.split(",")]
+        files = study_files(args)
         jobs = [(str(f), {"method": m, "seed": int(s), "partition": args.partition},
                  str(out / f"{f.stem}-{args.partition}-{m}-seed{s}.json"), args.ensembles)
                 for f in files for m in args.methods.split(",") for s in args.seeds.split(",")]
@@ -298,19 +316,7 @@ def main() -> int:
 
         logging.basicConfig(level=logging.WARNING)
         print(f"{len(todo)} of {len(jobs)} runs to measure", file=sys.stderr)
-        pool = cf.ProcessPoolExecutor(args.workers, mp_context=worker_context(), initializer=_worker_init,
-                                      initargs=(1, False))
-        completed = False
-        try:
-            with bare_main():
-                for fut in cf.as_completed([pool.submit(selection_signals.measure_run, *j) for j in todo]):
-                    try:
-                        print(f"measured {Path(fut.result()).name}", file=sys.stderr)
-                    except Exception as err:  # noqa: BLE001 — one line, the others go on
-                        print(f"failed: {type(err).__name__}: {err}", file=sys.stderr)
-            completed = True
-        finally:
-            finish(pool, completed)
+        study_jobs(selection_signals.measure_run, todo, args.workers)
     print(table(out))
     print(ensemble_table(out))
     return 0

@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 from fedgca.threads import limit_threads
 
@@ -169,3 +170,24 @@ def bare_main():
         yield
     finally:
         sys.modules["__main__"] = main
+
+
+def study_jobs(fn, jobs: list[tuple], workers: int) -> None:
+    """A study script's jobs, ``fn(*job)`` each on a pool of ``workers`` one-thread processes (``fn``: a function
+    of an importable module, returning what the job wrote); one line per job, a failed one named and the others
+    going on."""
+    import concurrent.futures as cf
+    import sys
+
+    pool = cf.ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=_worker_init, initargs=(1, False))
+    completed = False
+    try:
+        with bare_main():
+            for fut in cf.as_completed([pool.submit(fn, *j) for j in jobs]):
+                try:
+                    print(f"measured {Path(fut.result()).name}", file=sys.stderr)
+                except Exception as err:  # noqa: BLE001 — one line, the others go on
+                    print(f"failed: {type(err).__name__}: {err}", file=sys.stderr)
+        completed = True
+    finally:
+        finish(pool, completed)
