@@ -1,6 +1,7 @@
-"""``--selection`` on Flower (issue #47): which model each client deploys, chosen without test labels.
+"""The model each Flower client deploys after the run, written as its detector on its own machine: the round the
+federation selected (the default rule), or under ``--selection`` (issue #47) its own choice without test labels.
 
-The simulator's classes do the work (``fedgca.evaluation.candidates``): a Flower client keeps its own
+Under ``--selection`` the simulator's classes do the work (``fedgca.evaluation.candidates``): a Flower client keeps its own
 ``ClientSelection`` or ``RoundsEnsemble`` over its one-model stack in ``context.state`` between messages.
 
 * Before round 1 the server sends ``query.candidate`` (with the initial global model where the server's model is
