@@ -1,7 +1,8 @@
 """--selection client-* (issue #47): each client deploys the untrained model or a round's, chosen by a label-free
 signal of its validation rows. The generators are deterministic and read only the rows they are given; no test
 row or label reaches a choice; the untrained model is deployable; the per-client choice is what the saved
-detectors (``fedgca score`` / ``predict``) use."""
+detectors (``fedgca score`` / ``predict``) use. On Flower the same choice, records and detectors (written by each
+node), and under the default rule the detectors of the federation's round."""
 from __future__ import annotations
 
 import json
