@@ -61,7 +61,7 @@ def test_no_test_label_or_test_row_reaches_the_choice(wbc_federation):
         sim = Simulation(fed)
         for _ in sim.rounds():
             pass
-        seen.append((sim.selection.history, sim.selection.chosen().tolist(), sim.rows[-1]["auroc"]))
+        seen.append((sim.selection.history, sim.selection.chosen(), sim.rows[-1]["auroc"]))
     assert seen[0][0] == seen[1][0] and seen[0][1] == seen[1][1]
     assert len(seen[0][0]) == 3  # the untrained models and two rounds'
     assert seen[0][2] != seen[1][2]

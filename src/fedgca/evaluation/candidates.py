@@ -24,9 +24,11 @@ from fedgca.evaluation.selection import DETECTION
 class ClientSelection:
     """The choice among the candidates measured so far; ``observe(j)`` measures the models after j rounds."""
 
-    def __init__(self, cfg, deployed, shared: bool, client_ids: list[int] | None = None):
-        self.cfg, self.deployed, self.shared = cfg, deployed, shared
-        self.client_ids = list(range(deployed.val_shards.num_clients)) if client_ids is None else list(client_ids)
+    def __init__(self, cfg, clients, val_shards, shared: bool, client_ids: list[int] | None = None):
+        """``clients``: the deployed models (a stack, changed in place round by round); ``val_shards``: each
+        client's validation rows; ``client_ids``: whose synthetic anomalies each slot draws (default: its index)."""
+        self.cfg, self.clients, self.val_shards, self.shared = cfg, clients, val_shards, shared
+        self.client_ids = list(range(val_shards.num_clients)) if client_ids is None else list(client_ids)
         self.signal = signals.signal_of(cfg.selection)
         self.history: list[list[float]] = []  # [candidate][client]
         self.best: dict[str, torch.Tensor] | None = None  # each slot's best model so far
@@ -35,7 +37,7 @@ class ClientSelection:
     def _anomalies(self) -> list[torch.Tensor]:
         """Each client's synthetic anomalies (drawn once; from its validation rows alone)."""
         if self._fakes is None:
-            val = self.deployed.val_shards
+            val = self.val_shards
             kind = signals.generator_of(self.signal)
             self._fakes = [torch.as_tensor(signals.client_anomalies(devices.to_numpy(val.client(i)), kind,
                                                                     self.cfg.seed, cid),
@@ -45,7 +47,7 @@ class ClientSelection:
 
     def measure(self) -> list[float]:
         """The signal of each client's deployed model, from its validation rows (and their synthetic anomalies)."""
-        models, val = self.deployed.clients, self.deployed.val_shards
+        models, val = self.clients, self.val_shards
         scores = shard_scores(models, val)
         if self.signal == "val-error":
             return [float(s.mean()) for s in scores]
@@ -53,8 +55,8 @@ class ClientSelection:
         return [signals.proxy_auroc(scores[i], devices.to_numpy(shared_scores(models.slot_view(i), fakes[i]))[0])
                 for i in range(val.num_clients)]
 
-    def chosen(self) -> np.ndarray:
-        return signals.choose(np.array(self.history), self.signal, self.shared)
+    def chosen(self) -> list[int]:
+        return _chosen(self.cfg.selection, self.history, self.shared)[1]
 
     @torch.no_grad()
     def observe(self, candidate: int) -> list[float]:
@@ -65,11 +67,11 @@ class ClientSelection:
         n = len(self.client_ids)
         self.history += [[float("nan")] * n for _ in range(candidate - len(self.history))]
         self.history.append(self.measure())
-        params = self.deployed.clients.params
+        params = self.clients.params
         if self.best is None:
             self.best = {k: v.detach().clone() for k, v in params.items()}
             return self.history[-1]
-        now = torch.as_tensor(self.chosen() == candidate)
+        now = torch.as_tensor([j == candidate for j in self.chosen()])
         if bool(now.any()):
             for k, v in params.items():
                 self.best[k][now.to(v.device)] = v[now.to(v.device)]
@@ -78,9 +80,9 @@ class ClientSelection:
     @torch.no_grad()
     def apply(self) -> list[int]:
         """Put each client's chosen model in its slot; returns the rounds chosen (0 = untrained)."""
-        for k, v in self.deployed.clients.params.items():
+        for k, v in self.clients.params.items():
             v.copy_(self.best[k])
-        return [int(j) for j in self.chosen()]
+        return self.chosen()
 
     def record(self) -> dict:
         return choice_record(self.cfg.selection, self.history, self.shared)
@@ -97,11 +99,15 @@ class ClientSelection:
         self.best = {k: v.clone() for k, v in state["best"].items()} or None
 
 
+def _chosen(rule: str, history, shared: bool) -> tuple[str, list[int]]:
+    signal = signals.signal_of(rule)
+    return signal, [int(j) for j in signals.choose(np.array(history), signal, shared)]
+
+
 def choice_record(rule: str, history, shared: bool) -> dict:
     """summary.json's ``selection`` from every candidate's values ``history`` [candidate][client]: the rule, the
     values, each client's choice (what the Flower server writes from the values its clients report)."""
-    signal = signals.signal_of(rule)
-    chosen = [int(j) for j in signals.choose(np.array(history), signal, shared)]
+    signal, chosen = _chosen(rule, history, shared)
     return {
         "rule": rule, "signal": signal,
         "better": "higher" if signals.higher_is_better(signal) else "lower",
@@ -115,8 +121,7 @@ def choice_record(rule: str, history, shared: bool) -> dict:
 
 def choice_fields(rule: str, history, shared: bool) -> dict:
     """summary.json's ``selected``: ``round`` the round most clients chose, ``client_rounds`` each one's."""
-    signal = signals.signal_of(rule)
-    rounds = [int(j) for j in signals.choose(np.array(history), signal, shared)]
+    signal, rounds = _chosen(rule, history, shared)
     return {"round": max(sorted(set(rounds)), key=rounds.count), "client_rounds": rounds,
             "rule": f"each client's model (untrained or a round's) with the best {signal} on its validation "
                     f"rows ({'higher' if signals.higher_is_better(signal) else 'lower'} is better; "
@@ -128,15 +133,15 @@ class RoundsEnsemble:
     client's standardisation of them (mean and std of the model's scores on the client's validation rows); at the
     end each client deploys their standardised mean. Holds R + 1 copies of the stack (small for SPEC's MLP)."""
 
-    def __init__(self, cfg, deployed):
-        self.cfg, self.deployed = cfg, deployed
+    def __init__(self, cfg, clients, val_shards):
+        self.cfg, self.clients, self.val_shards = cfg, clients, val_shards
         self.members: list[tuple[dict, list]] = []  # per candidate: (stacked params, per-client (mean, std))
 
     @torch.no_grad()
     def observe(self, candidate: int) -> None:
         assert candidate >= len(self.members), "candidates are observed in order"  # a Flower client may miss one
-        scores = shard_scores(self.deployed.clients, self.deployed.val_shards)
-        self.members.append(({k: v.detach().clone() for k, v in self.deployed.clients.params.items()},
+        scores = shard_scores(self.clients, self.val_shards)
+        self.members.append(({k: v.detach().clone() for k, v in self.clients.params.items()},
                              [signals.standardisation(s) for s in scores]))
 
     def record(self) -> dict:

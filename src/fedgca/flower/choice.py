@@ -7,7 +7,7 @@ Under ``--selection`` the simulator's classes do the work (``fedgca.evaluation.c
 * Before round 1 the server sends ``query.candidate`` (with the initial global model where the server's model is
   deployed): each client measures its untrained model, candidate 0.
 * Every round's evaluation of a client's deployed model (the last step's reply, or ``evaluate``) measures it as the
-  next candidate and reports its signal value (``selection-value``: one scalar; nothing for an ensemble).
+  next candidate; where the model is shared it reports its signal value (``selection-value``: one scalar).
 * Per-client models (Single-Client, GCA): each client keeps its best model so far. A shared model (FedAvg, ...):
   the server chooses one candidate by the mean of the reported values and keeps that global model.
 * After the last round ``query.deploy`` (with the chosen global model, where shared) asks each client to deploy its
@@ -25,7 +25,6 @@ These queries are bookkeeping of the deployment, as in the simulator; they are i
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -70,16 +69,11 @@ def shared(cfg, method) -> bool:
 # ---------------------------------------------------------------------------- the client
 
 
-def _view(clients, node, cfg):
-    """What the candidates' classes read: this client's stack and its validation rows."""
-    return SimpleNamespace(clients=clients, val_shards=ClientShards.from_arrays(
-        [node.val], device=devices.resolve(cfg.device)))
-
-
 def _load(context, cfg, node, clients, is_shared: bool):
-    view = _view(clients, node, cfg)
-    sel = (candidates.RoundsEnsemble(cfg, view) if cfg.selection == ENSEMBLE_ROUNDS
-           else candidates.ClientSelection(cfg, view, is_shared, client_ids=[node.client_id]))
+    """This client's candidates (``clients``: its deployed model, a one-model stack), restored from its state."""
+    val = ClientShards.from_arrays([node.val], device=devices.resolve(cfg.device))
+    sel = (candidates.RoundsEnsemble(cfg, clients, val) if cfg.selection == ENSEMBLE_ROUNDS
+           else candidates.ClientSelection(cfg, clients, val, is_shared, client_ids=[node.client_id]))
     if STATE in context.state.config_records:
         doc = from_json_record(context.state.config_records[STATE])
         arrays = {k: torch.as_tensor(np.array(v, copy=True)) for k, v in
@@ -135,8 +129,9 @@ def _keep_round(context, clients, candidate: int, selected) -> None:
 
 def observe(context, cfg, node, clients, candidate: int, is_shared: bool, selected=None) -> dict:
     """Measure this client's deployed model ``clients`` as candidate ``candidate`` (0 = untrained); returns what its
-    evaluation reports (the signal value; nothing for an ensemble). The default rule: keep it if it may become the
-    federation's round (``selected``: the round chosen so far, as the message says)."""
+    evaluation reports: the signal value where the model is shared (the server chooses), else nothing (the client
+    chooses; its values travel once, in its query.deploy reply). The default rule: keep the model if it may become
+    the federation's round (``selected``: the round chosen so far, as the message says)."""
     if _keeps_selected_round(context, cfg, node, is_shared):
         if candidate > 0:
             _keep_round(context, clients, candidate, selected)
@@ -144,16 +139,11 @@ def observe(context, cfg, node, clients, candidate: int, is_shared: bool, select
     if not active(cfg) or node.val is None:
         return {}
     sel = _load(context, cfg, node, clients, is_shared)
-    seen = len(sel.members) if isinstance(sel, candidates.RoundsEnsemble) else len(sel.history)
-    if candidate < seen:  # measured already (a repeated message): the same value again
-        return {} if isinstance(sel, candidates.RoundsEnsemble) else {VALUE: float(sel.history[candidate][0])}
-    if isinstance(sel, candidates.RoundsEnsemble):
+    ensemble = isinstance(sel, candidates.RoundsEnsemble)
+    if candidate >= (len(sel.members) if ensemble else len(sel.history)):  # evaluated twice in a round: once
         sel.observe(candidate)
         _save(context, sel)
-        return {}
-    value = sel.observe(candidate)[0]
-    _save(context, sel)
-    return {VALUE: float(value)}
+    return {} if ensemble or not is_shared else {VALUE: float(sel.history[candidate][0])}
 
 
 def _default_model(context, cfg, node, clients, template, chosen: int, chosen_is_global: bool):
@@ -181,9 +171,7 @@ def deploy(context, cfg, node, clients, template, chosen: int | None, chosen_is_
 
     members = standardise = None
     out: dict = {}
-    if not active(cfg):
-        if not context.node_config.get(DETECTOR_DIR):
-            return {"round": int(chosen)}  # nothing to write; the summary's selected metrics are the metric rows'
+    if not active(cfg):  # (a node without a detector-dir has nothing to do: fedgca.flower.client_app.deploy)
         model, rounds = _default_model(context, cfg, node, clients, template, int(chosen), chosen_is_global)
     elif node.val is None:
         raise RuntimeError("--selection needs a validation split on every client (--val-fraction > 0)")
@@ -226,7 +214,9 @@ class ServerChoice:
     def __init__(self, server, cfg, method):
         self.server, self.cfg, self.method = server, cfg, method
         self.shared = shared(cfg, method)
-        self.values: list[dict[int, float]] = []  # [candidate] {client id: value}
+        # --selection client-* over a shared model: the server chooses, from each round's reported values
+        self.server_chooses = self.shared and active(cfg) and cfg.selection != ENSEMBLE_ROUNDS
+        self.values: list[dict[int, float]] = []  # [candidate] {client id: value}, where the server chooses
         self.best_global = None  # a shared model's chosen candidate so far: (round, arrays)
         self.selected_so_far: int | None = None  # the default rule: the federation's round so far
 
@@ -244,9 +234,7 @@ class ServerChoice:
         return np.array([[v.get(i, np.nan) for i in ids] for v in self.values])
 
     def _keep(self, candidate: int) -> None:
-        """A shared model: keep the global model if the federation's choice is now this candidate."""
-        if not self.shared or self.cfg.selection == ENSEMBLE_ROUNDS:
-            return
+        """Keep the global model if the federation's choice is now this candidate."""
         if int(signals.choose(self._history(), signals.signal_of(self.cfg.selection), True)[0]) == candidate:
             self._keep_global(candidate)
 
@@ -260,9 +248,10 @@ class ServerChoice:
             records[ARRAYS] = array_record(self.method.deployed())
         msgs = [server.message_to(c.node_id, CANDIDATE, -1, **records) for c in server.clients]
         replies, _ = server.exchange(CANDIDATE, -1, msgs)
-        self.values.append({server.client_id_of(n): float(rep.content[METRICS].get(VALUE, np.nan))
-                            for n, rep in replies.items() if METRICS in rep.content.metric_records})
-        self._keep(0)
+        if self.server_chooses:
+            self.values.append({server.client_id_of(n): float(rep.content[METRICS].get(VALUE, np.nan))
+                                for n, rep in replies.items() if METRICS in rep.content.metric_records})
+            self._keep(0)
 
     def observe(self, r: int, evals: dict) -> None:
         """Round ``r``'s evaluations (its metric rows recorded): candidate r + 1's values; the default rule: the
@@ -274,28 +263,27 @@ class ServerChoice:
                 if self.shared and self.selected_so_far == r + 1:
                     self._keep_global(r + 1)
             return
-        self.values.append({cid: float(v.get("selection_value", np.nan)) for cid, v in evals.items()})
-        self._keep(r + 1)
+        if self.server_chooses:
+            self.values.append({cid: float(v.get("selection_value", np.nan)) for cid, v in evals.items()})
+            self._keep(r + 1)
 
     def deploy(self) -> dict:
-        """query.deploy to every client; summary.json's ``selected`` and ``selection`` from the replies."""
+        """query.deploy to every client; under --selection, summary.json's ``selected`` and ``selection`` from the
+        replies (the default rule's come from the metric rows)."""
         server, cfg = self.server, self.cfg
-        records = {CONFIG: config_record(cfg, round=cfg.rounds)}
-        if not active(cfg):  # the default rule: the federation's round (the final one without a validation split)
-            chosen = self.selected_so_far or cfg.rounds
+        if not active(cfg):  # the federation's round (the final one without a validation split)
             if self.shared and self.best_global is None:
                 self._keep_global(cfg.rounds)
-            records[CONFIG] = config_record(cfg, round=cfg.rounds, **{CHOSEN: chosen})
-            if self.shared:
-                records[ARRAYS] = array_record(self.best_global[1])
-            server.exchange(DEPLOY, cfg.rounds, [server.message_to(c.node_id, DEPLOY, cfg.rounds, **records)
-                                                 for c in server.clients])
-            return {}
+            chosen = self.selected_so_far or cfg.rounds
+        else:
+            chosen = None if self.best_global is None else self.best_global[0]
+        records = {CONFIG: config_record(cfg, round=cfg.rounds, **({} if chosen is None else {CHOSEN: int(chosen)}))}
         if self.best_global is not None:
-            records[CONFIG] = config_record(cfg, round=cfg.rounds, **{CHOSEN: int(self.best_global[0])})
             records[ARRAYS] = array_record(self.best_global[1])
-        replies, lost = server.exchange(DEPLOY, cfg.rounds, [server.message_to(c.node_id, DEPLOY, cfg.rounds, **records)
-                                                            for c in server.clients])
+        replies, _ = server.exchange(DEPLOY, cfg.rounds, [server.message_to(c.node_id, DEPLOY, cfg.rounds, **records)
+                                                         for c in server.clients])
+        if not active(cfg):
+            return {}
         got = {server.client_id_of(n): dict(rep.content[METRICS]) for n, rep in replies.items()
                if METRICS in rep.content.metric_records}
         ids = [c.client_id for c in server.clients if c.client_id in got]
@@ -306,17 +294,21 @@ class ServerChoice:
             return {}
         per_client = [{m: float(got[i][m]) for m in DETECTION} for i in ids]
         if cfg.selection == ENSEMBLE_ROUNDS:
-            k = max(len(got[i]["standardise-mean"]) for i in ids)  # a client that missed a round has fewer
-            standardise = [[(got[i]["standardise-mean"][j], got[i]["standardise-std"][j])
-                            if j < len(got[i]["standardise-mean"]) else (float("nan"), float("nan")) for i in ids]
-                           for j in range(k)]
-            record, fields = candidates.ensemble_record(cfg.selection, standardise), candidates.ensemble_fields(k)
+            standardise = _by_candidate([list(zip(got[i]["standardise-mean"], got[i]["standardise-std"])) for i in ids],
+                                        (float("nan"), float("nan")))
+            record, fields = (candidates.ensemble_record(cfg.selection, standardise),
+                              candidates.ensemble_fields(len(standardise)))
         else:
-            k = max(len(got[i]["selection-values"]) for i in ids)  # a client that missed rounds: NaN, never chosen
-            history = np.array([list(got[i]["selection-values"]) + [np.nan] * (k - len(got[i]["selection-values"]))
-                                for i in ids]).T  # [candidate][client]
-            if self.shared:  # the server's own view: the values each round's evaluations reported
-                history = self._history()[:, [k for k, c in enumerate(server.clients) if c.client_id in got]]
-            record = candidates.choice_record(cfg.selection, history.tolist(), self.shared)
-            fields = candidates.choice_fields(cfg.selection, history.tolist(), self.shared)
+            history = (self._history()[:, [k for k, c in enumerate(server.clients) if c.client_id in got]].tolist()
+                       if self.server_chooses else _by_candidate([list(got[i]["selection-values"]) for i in ids],
+                                                                 float("nan")))
+            record = candidates.choice_record(cfg.selection, history, self.shared)
+            fields = candidates.choice_fields(cfg.selection, history, self.shared)
         return candidates.deployed_summary(per_client, fields, record)
+
+
+def _by_candidate(per_client: list[list], missing) -> list[list]:
+    """Each client's list over the candidates, as [candidate][client]; a client that missed the last rounds has
+    ``missing`` there (NaN: never chosen)."""
+    k = max(len(v) for v in per_client)
+    return [[v[j] if j < len(v) else missing for v in per_client] for j in range(k)]

@@ -99,12 +99,16 @@ def _node(msg: Message, context: Context, cfgrec=None):
     cid = node_data.client_id_of(nc, context.node_id)
     if node_data.source_of(nc) == "builtin":
         return cfg, node_data.builtin_data(cfg, nc, cid)
+    return cfg, node_data.csv_data(cfg, nc, cid, _own_preprocessor(context))
+
+
+def _own_preprocessor(context: Context):
+    """An own-data node's federatedly fitted preprocessing (the server sends it in query.setup)."""
     if STATE_SETUP not in context.state.config_records:
         raise RuntimeError("own-data node has no preprocessor yet (the server sends it in query.setup)")
     from fedgca.data.encoding import TabularPreprocessor
 
-    pre = TabularPreprocessor.from_dict(from_json_record(context.state.config_records[STATE_SETUP]))
-    return cfg, node_data.csv_data(cfg, nc, cid, pre)
+    return TabularPreprocessor.from_dict(from_json_record(context.state.config_records[STATE_SETUP]))
 
 
 def _clients(context: Context, cfg, node) -> StackedModels:
@@ -331,10 +335,7 @@ def deploy(msg: Message, context: Context) -> Message:
     clients = _global_or_own(msg, context, cfg, node)
     nc = dict(context.node_config)
     if node_data.source_of(nc) == "csv":  # the detector reads raw records as the node's rows were read
-        from fedgca.data.encoding import TabularPreprocessor
-
-        pre = TabularPreprocessor.from_dict(from_json_record(context.state.config_records[STATE_SETUP]))
-        schema = node_data.csv_frame(nc)[0]
+        pre, schema = _own_preprocessor(context), node_data.csv_frame(nc)[0]
     else:
         pre, schema = node_data.builtin_encoding(cfg, nc)
     out = choice.deploy(context, cfg, node, clients, init_model(cfg.seed, node.input_shape, node.client_id),

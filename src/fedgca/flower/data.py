@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from threading import Lock
+from threading import RLock
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from fedgca.config import RunConfig
 from fedgca.flower.owndata import Schema, encode, eval_split, load_schema, read_table
 
 _CACHE: dict = {}
-_LOCK = Lock()
+_LOCK = RLock()  # re-entrant: a partition's build loads the dataset through the same cache
 
 
 @dataclass
@@ -80,7 +80,6 @@ def _cached(key, build):
 
 def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
     """Partition ``partition-id`` of ``num-partitions`` of a built-in dataset, as the simulator splits it."""
-    from fedgca.data import load_dataset
     from fedgca.data.partition import client_splits
 
     pid, n_parts = int(node_config["partition-id"]), int(node_config.get("num-partitions", 0))
@@ -94,7 +93,7 @@ def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
            cfg.val_fraction)
 
     def build():
-        ds = load_dataset(cfg.dataset, data_dir, seed=cfg.seed)
+        ds = _dataset(cfg, data_dir)
         parts, val = client_splits(cfg, ds)
         return ds, parts, val
 
@@ -110,11 +109,17 @@ def builtin_data(cfg: RunConfig, node_config: dict, client_id: int) -> NodeData:
     )
 
 
-def builtin_encoding(cfg: RunConfig, node_config: dict):
-    """(preprocessor, schema) of a built-in dataset: what the node's saved detector reads raw records with."""
+def _dataset(cfg: RunConfig, data_dir):
+    """The built-in dataset, loaded once per process."""
     from fedgca.data import load_dataset
 
-    ds = load_dataset(cfg.dataset, node_config.get("data-dir") or None, seed=cfg.seed)
+    return _cached(("dataset", cfg.dataset, data_dir, cfg.seed),
+                   lambda: load_dataset(cfg.dataset, data_dir, seed=cfg.seed))
+
+
+def builtin_encoding(cfg: RunConfig, node_config: dict):
+    """(preprocessor, schema) of a built-in dataset: what the node's saved detector reads raw records with."""
+    ds = _dataset(cfg, node_config.get("data-dir") or None)
     return ds.preprocessor, ds.schema
 
 

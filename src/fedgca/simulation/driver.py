@@ -65,9 +65,9 @@ class Simulation:
         # --selection client-*: each client's model chosen among the untrained one and every round's
         self.selection = None
         if fed.val_shards is not None and fed.cfg.selection == ENSEMBLE_ROUNDS:
-            self.selection = RoundsEnsemble(fed.cfg, self.deployed)
+            self.selection = RoundsEnsemble(fed.cfg, fed.clients, self.val_shards)
         elif fed.val_shards is not None and fed.cfg.selection != FEDERATION_VAL_ERROR:
-            self.selection = ClientSelection(fed.cfg, self.deployed,
+            self.selection = ClientSelection(fed.cfg, fed.clients, self.val_shards,
                                              shared=self.method.deploys_global or fed.cfg.spec.pooled)
         self.rows: list[dict] = []
         self.comm: list[dict] = []
