@@ -7,7 +7,12 @@ import torch
 
 from fedgca.config import RunConfig
 from fedgca.data.source import DataSource
-from fedgca.detector import AnomalyDetector, client_detectors, load_client_detector, save_client_detectors
+from fedgca.detector import (
+    AnomalyDetector,
+    client_detectors,
+    load_client_detector,
+    save_client_detectors,
+)
 from fedgca.evaluation.metrics import evaluate_clients
 from fedgca.models import init_model
 from fedgca.simulation.federation import build_federation
@@ -35,6 +40,22 @@ def test_load_client_detector_checks_the_manifest(tmp_path, data_dir):
     model.write_bytes(model.read_bytes()[:-10])
     with pytest.raises(rundir.RunFileError, match="truncated"):
         load_client_detector(tmp_path, 1)
+
+
+def test_a_detector_saved_alone_is_checked_against_its_own_manifest(tmp_path):
+    """A detector that travels without its run (a Flower node's, one saved through the API) carries its own
+    manifest: an edited threshold or a truncated model is refused with one line, not scored."""
+    from fedgca import rundir
+
+    rng = np.random.default_rng(0)
+    det = AnomalyDetector(init_model(0, (7,), 0), contamination=0.25, meta={"input_shape": [7]})
+    det.fit(rng.normal(size=(100, 7)).astype(np.float32))
+    det.save(tmp_path)
+    assert AnomalyDetector.load(tmp_path).threshold_ == det.threshold_
+    doc = tmp_path / "detector.json"
+    doc.write_text(doc.read_text().replace('"threshold": ', '"threshold": 1'))
+    with pytest.raises(rundir.RunFileError, match="detector.json: modified"):
+        AnomalyDetector.load(tmp_path)
 
 
 def test_follows_pyod_conventions():

@@ -181,6 +181,14 @@ def test_flower_nodes_write_the_detectors_the_simulator_saves(data_dir, tmp_path
         np.testing.assert_array_equal(node.decision_function(rows), saved.decision_function(rows))
         rounds.add(node.meta["round"])
     assert rounds == {sim["selected"]["round"]} == {({"gca": 1, "fedavg": 1}).get(method, 2)}
+    # a node's detector carries its own manifest (the run's is the server's): an edited file is refused
+    from fedgca import rundir
+    from fedgca.detector import client_dir
+
+    doc = client_dir(tmp_path / "flower", 2) / "detector.json"
+    doc.write_text(doc.read_text().replace('"quantile": ', '"quantile": 0'))
+    with pytest.raises(rundir.RunFileError, match="modified"):
+        load_client_detector(tmp_path / "flower", 2)
 
 
 def test_a_flower_client_whose_rounds_were_rejected_deploys_its_untrained_model(data_dir, tmp_path):

@@ -155,8 +155,10 @@ class AnomalyDetector:
         return scores, (scores > self.threshold_).astype(np.int64)
 
     # ---- persistence ----
-    def save(self, directory) -> list[Path]:
-        """Write model.pt and detector.json (atomically); returns their paths."""
+    def save(self, directory, *, manifest: bool = True) -> list[Path]:
+        """Write model.pt and detector.json (atomically); returns their paths. ``manifest``: also the directory's
+        own manifest of both (a detector that travels alone, e.g. a Flower node's, is checked against it on
+        load); a run's detectors are in the run's manifest instead."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         if self.members is None:
@@ -170,18 +172,23 @@ class AnomalyDetector:
                "preprocessor": self.preprocessor.to_dict() if self.preprocessor is not None else None,
                "schema": self.schema.to_dict() if self.schema is not None else None}
         rundir.atomic_write_text(d / DOC, json.dumps(doc, indent=2))
+        if manifest:
+            rundir.record(d, MODEL, DOC)
         return [d / MODEL, d / DOC]
 
     @classmethod
     def load(cls, directory, *, run_dir=None, device="cpu") -> "AnomalyDetector":
-        """Read a saved detector; ``run_dir`` (its run directory) checks both files against the manifest;
-        ``device``: where it scores (``auto``: CUDA when available)."""
+        """Read a saved detector; ``run_dir`` (its run directory) checks both files against the run's manifest,
+        and the directory's own manifest, where it has one, checks them too; ``device``: where it scores (``auto``:
+        CUDA when available)."""
         d = Path(directory)
         if not (d / DOC).exists():
             raise FileNotFoundError(f"no detector in {d} (expected {DOC} and {MODEL})")
-        if run_dir is not None:
-            for name in (DOC, MODEL):
+        for name in (DOC, MODEL):
+            if run_dir is not None:
                 rundir.verify(run_dir, (d / name).relative_to(run_dir).as_posix())
+            if (d / rundir.MANIFEST).exists():
+                rundir.verify(d, name)
         doc = rundir.load_json(d / DOC)
         members = standardise = None
         try:
@@ -274,5 +281,5 @@ def save_client_detectors(run_dir, detectors: list[AnomalyDetector]) -> list[str
     """Each client's detector under ``run_dir``; returns the written files relative to it (for the manifest)."""
     written, run_dir = [], Path(run_dir)
     for i, det in enumerate(detectors):
-        written += [p.relative_to(run_dir).as_posix() for p in det.save(client_dir(run_dir, i))]
+        written += [p.relative_to(run_dir).as_posix() for p in det.save(client_dir(run_dir, i), manifest=False)]
     return written
