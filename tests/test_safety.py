@@ -182,6 +182,33 @@ def test_resume_of_a_finished_run_verifies_and_reproduces_it(run_copy, data_dir)
         rundir.verify(run_copy, name)
 
 
+def test_a_run_that_does_not_keep_its_checkpoint(finished_run, tmp_path, capsys, data_dir):
+    """--no-keep-checkpoint: the same results, no checkpoint.pt and no manifest entry for it (every listed file
+    verifies); a resume, a re-run into the same directory and an attack are each refused with one line, and the
+    run's files are left as they were."""
+    out = tmp_path / "run"
+    run(RunConfig(**TINY, keep_checkpoint=False), out, data_dir=data_dir, progress=False)
+    assert not (out / rundir.CHECKPOINT).exists()
+    files = json.loads((out / rundir.MANIFEST).read_text())["files"]
+    assert rundir.CHECKPOINT not in files and "summary.json" in files
+    for name in files:
+        rundir.verify(out, name)
+    assert (out / "metrics.csv").read_text() == (finished_run / "metrics.csv").read_text()
+    assert RunConfig(**TINY, keep_checkpoint=False).key() == RunConfig(**TINY).key()  # the same run
+    from fedgca.experiments.sweep_spec import (
+        canonical,  # a sweep's or bench's --set keeps it for every method
+    )
+
+    assert canonical(RunConfig(**TINY, keep_checkpoint=False)).keep_checkpoint is False
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for extra in (["--resume"], []):
+        code, err = _cli(capsys, "run", *_tiny_args(), "--data-dir", data_dir, "--out", out, *extra)
+        assert code == 2 and ("checkpoint was not kept" if extra else "already holds a run") in _one_line(err)
+    code, err = _cli(capsys, "attack", "--run", out, "--data-dir", data_dir)
+    assert code == 2 and "checkpoint.pt: missing" in _one_line(err)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
 # ---------------------------------------------------------------------------- options
 
 

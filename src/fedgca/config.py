@@ -138,6 +138,10 @@ class RunConfig:
     device: str = _opt("auto", "torch device: auto (CUDA when available, else the CPU), cpu, cuda, cuda:N or mps; "
                        "seeded draws are made on the CPU on every device, so results agree across devices to "
                        "floating-point tolerance")
+    keep_checkpoint: bool = _later(True, "keep a finished run's checkpoint.pt (for --resume and attacks); off: delete "
+                                 "it once summary.json is written, so a bench or sweep of large runs keeps its "
+                                 "results, metrics and detectors but not every client's models and optimiser state "
+                                 "(the simulator; --selection ensemble-rounds keeps R + 1 models in it)")
     # Own data: the content's identity (data bytes, schema, test file), set when fedgca reads --data; no path.
     data_digest: str | None = _later(None, "own data's content digest (set from --data; resume checks it)",
                                    preset="a built-in dataset", derived=True)
@@ -295,8 +299,8 @@ class RunConfig:
 ADDED_LATER = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.metadata.get("added_later")}
 
 
-# Fields that say where a run computes, not what: kept out of its key.
-EXECUTION_ONLY = ("device",)
+# Fields that say where a run computes or what it keeps, not what it computes: kept out of its key.
+EXECUTION_ONLY = ("device", "keep_checkpoint")
 
 
 def option_name(name: str) -> str:

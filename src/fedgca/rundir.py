@@ -172,6 +172,16 @@ def record(run_dir, *names: str) -> None:
     _write_manifest(run_dir, files)
 
 
+def forget(run_dir, name: str) -> None:
+    """Delete ``run_dir/name`` and its manifest entry (the file first: a kill between the two leaves an entry whose
+    file is missing, which ``verify`` names, never a file read unverified)."""
+    run_dir = Path(run_dir)
+    (run_dir / name).unlink(missing_ok=True)
+    files = _read_manifest(run_dir)
+    if files.pop(name, None) is not None:
+        _write_manifest(run_dir, files)
+
+
 def save_checkpoint(run_dir, obj, name: str = CHECKPOINT) -> None:
     """Replace ``run_dir/name`` atomically and keep the manifest right whenever the process is killed.
 

@@ -7,7 +7,7 @@ import itertools
 import tomllib
 from pathlib import Path
 
-from fedgca.config import RunConfig
+from fedgca.config import EXECUTION_ONLY, RunConfig
 from fedgca.protocol.fedprox import effective_coefficient
 
 # Which options each method reads (``MethodSpec.options``). Anything else is
@@ -22,7 +22,7 @@ def canonical(cfg: RunConfig) -> RunConfig:
     """
     cfg = cfg.resolved()
     defaults = RunConfig(dataset=cfg.dataset, method=cfg.method)
-    keep = set(cfg.spec.options) | {"device"}  # where it computes: every method
+    keep = set(cfg.spec.options) | set(EXECUTION_ONLY)  # where it computes, what it keeps: every method
     if cfg.partition != "dirichlet":
         keep.discard("alpha")
     if cfg.partition != "natural":

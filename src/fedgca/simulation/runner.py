@@ -67,6 +67,8 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
     rundir.atomic_write_text(out / rundir.COMM, json.dumps(sim.comm, indent=1))
     rundir.atomic_write_text(out / rundir.SUMMARY, json.dumps(summary, indent=2))
     rundir.record(out, rundir.METRICS, rundir.CLIENT_METRICS, rundir.COMM, *names, rundir.SUMMARY)
+    if not cfg.keep_checkpoint:
+        rundir.forget(out, CHECKPOINT)
     return summary
 
 
@@ -75,7 +77,8 @@ def _open(cfg: RunConfig, out: Path, resume: bool) -> tuple[RunConfig, Path, dic
     run or to resume one with other options (reads only)."""
     cfg = cfg.resolved()
     path, ckpt_path = out / rundir.CONFIG, out / CHECKPOINT
-    if path.exists() and (resume or ckpt_path.exists()):
+    finished = (out / rundir.SUMMARY).exists()
+    if path.exists() and (resume or ckpt_path.exists() or finished):
         saved = rundir.load_json(rundir.verify(out, rundir.CONFIG))
         try:  # a config written before an option existed holds that option's default
             saved = RunConfig.from_dict(saved).to_dict()
@@ -91,6 +94,9 @@ def _open(cfg: RunConfig, out: Path, resume: bool) -> tuple[RunConfig, Path, dic
                                  "use another --out or the same options")
         if not resume:
             raise ConfigMismatch(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    if resume and finished and not ckpt_path.exists():  # --no-keep-checkpoint dropped it: nothing to continue
+        raise ConfigMismatch(f"{out} holds a finished run whose checkpoint was not kept; its results stand as they "
+                             "are (choose another --out to run it again)")
     if not (resume and ckpt_path.exists()):
         return cfg, out, None
     ckpt = rundir.load_tensors(rundir.verify(out, CHECKPOINT),
