@@ -24,7 +24,7 @@ def bench(tmp_path_factory, data_dir):
     (files / "notes.mat").write_text("not a MATLAB file")
     out = root / "out"
     args = ["bench", str(files), "--out", str(out), "--methods", "centralized,single,gca", "--seeds", "100,200",
-            "--peers", "iforest,knn,lof", "--workers", "0", "--rounds", "2", "--no-plots"]
+            "--peers", "iforest,knn,lof,knn-site", "--workers", "0", "--rounds", "2", "--no-plots"]
     assert main(args) == 0
     return {"out": out, "args": args, "files": files}
 
@@ -42,7 +42,8 @@ def test_table_has_files_as_rows_and_methods_and_peers_as_columns(bench):
     for column in ("centralized", "single", "gca", "iforest", "knn", "lof"):
         assert all(r[f"{column}_seeds"] == "2" and 0 <= float(r[f"{column}_mean"]) <= 100 for r in rows), column
     text = _report(bench["out"])
-    assert "| file | Centralized | Single-Client | GCA | IForest (central) | KNN (central) | LOF (central) |" in text
+    assert ("| file | Centralized | Single-Client | GCA | IForest (central) | KNN (central) | LOF (central) "
+            "| KNN (each site) |") in text
     for summary in ("**mean** (2 files)", "**average rank**", "W/T/L vs Centralized", "W/T/L vs Single-Client"):
         assert summary in text
     # the best centralized peer by mean is named, and every method is counted against it too (issue #47 item 1)
@@ -59,11 +60,34 @@ def test_table_has_files_as_rows_and_methods_and_peers_as_columns(bench):
 
 
 def test_knn_and_lof_are_default_peers():
-    """Issue #47 item 1: the strongest classical detectors on ADBench's one-class protocol are in every bench."""
+    """Issue #47 item 1: the strongest classical detectors on ADBench's one-class protocol are in every bench, and
+    KNN at each site alone (the bar for sharing nothing)."""
     from fedgca.cli.main import build_parser
 
     args = build_parser().parse_args(["bench", "files"])
-    assert {"knn", "lof"} <= set(args.peers.split(","))
+    assert {"knn", "lof", "knn-site"} <= set(args.peers.split(","))
+
+
+def test_the_per_site_peer_is_each_clients_own_knn(bench):
+    """KNN (each site): PyOD's KNN fitted on each client's training rows of the run's split alone, its AUROC the mean
+    over clients (scikit-learn's AUROC as the reference); never the 'best centralized peer'."""
+    from pyod.models.knn import KNN
+    from sklearn.metrics import roc_auc_score
+
+    from fedgca.binding import bind
+    from fedgca.data.partition import client_splits
+    from fedgca.data.source import open_source
+
+    rec = json.loads((bench["out"] / "peers" / "42_WBC" / "iid-seed200-knn-site.json").read_text())
+    run = next(json.loads(p.read_text()) for p in (bench["out"] / "runs").glob("*/summary.json")
+               if json.loads(p.read_text())["dataset"] == "42_WBC" and json.loads(p.read_text())["seed"] == 200)
+    cfg, ds = bind({"seed": 200, "partition": "iid"}, open_source(bench["files"] / "42_WBC.npz"))
+    parts, _ = client_splits(cfg, ds)
+    assert len(parts) == run["clients"] and rec["per_site"]["n_train"] == [len(p) for p in parts] == run["client_sizes"]
+    want = [roc_auc_score(ds.test_y, KNN().fit(ds.train[p]).decision_function(ds.test_x)) for p in parts]
+    np.testing.assert_allclose(rec["per_site"]["auroc"], want, rtol=0, atol=1e-12)
+    assert rec["auroc"] == pytest.approx(np.mean(want), abs=1e-12)
+    assert "Best centralized peer (AUROC, iid): **KNN (each site)" not in _report(bench["out"])
 
 
 def test_a_failing_file_is_one_line_and_the_rest_goes_on(bench):
@@ -99,7 +123,12 @@ def test_a_file_too_small_for_its_clients_names_the_largest_c(data_dir, tmp_path
 
 
 def test_own_data_defaults_follow_the_data():
-    from fedgca.data.defaults import default_clients, epochs_per_round, max_clients, own_defaults
+    from fedgca.data.defaults import (
+        default_clients,
+        epochs_per_round,
+        max_clients,
+        own_defaults,
+    )
 
     assert [default_clients(n) for n in (54, 1230, 31908)] == [2, 10, 10] and default_clients(595) == 5
     assert epochs_per_round(21, 21) == 10 and epochs_per_round(2552, 50) == 2 and epochs_per_round(40000, 50) == 1

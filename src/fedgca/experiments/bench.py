@@ -188,12 +188,12 @@ def run_bench(p: BenchPlan, root, executor=None, *, peer_workers: int | None = N
 def _peer_job(source: dict, cfg: dict, peer: str, out: str) -> dict:
     """One peer on one split, in a worker process (one torch thread); writes its JSON and returns it."""
     from fedgca.data import DataSource
-    from fedgca.experiments.peers import pooled_split, score
+    from fedgca.experiments.peers import score, split_for
     from fedgca.rundir import atomic_write_text
 
     config = RunConfig.from_dict(cfg)
     ds = DataSource.from_dict(source).load(config.seed)
-    x_train, x_test, y_test = pooled_split(config, ds)
+    x_train, x_test, y_test = split_for(peer, config, ds)
     rec = {"dataset": config.dataset, "partition": config.partition, "seed": config.seed,
            **score(peer, x_train, x_test, y_test, config.seed)}
     Path(out).parent.mkdir(parents=True, exist_ok=True)

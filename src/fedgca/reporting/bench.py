@@ -86,7 +86,7 @@ def column_label(name: str) -> str:
     from fedgca.experiments.peers import PEERS
 
     if name in PEERS:
-        return PEERS[name].label + " (central)"
+        return PEERS[name].label + (" (each site)" if PEERS[name].per_site else " (central)")
     return registry.get(name).label
 
 
@@ -129,7 +129,9 @@ def table(data: dict, partition: str, metric: str) -> dict:
         summary["rank"] = dict(zip(columns, rk.mean(axis=0)))
         k, n = len(columns), len(complete)
         summary["cd"] = Q05.get(k, float("nan")) * math.sqrt(k * (k + 1) / (6 * n)) if k >= 2 else float("nan")
-        peers = [c for c in plan["peers"] if c in columns]
+        from fedgca.experiments.peers import PEERS
+
+        peers = [c for c in plan["peers"] if c in columns and not PEERS[c].per_site]
         if peers:  # the bar a practitioner would pick: the centralized peer with the best mean here
             summary["best_peer"] = max(peers, key=lambda c: summary["mean"][c])
         wtl = {}
@@ -276,13 +278,14 @@ def write(root, out=None, plots: bool = True) -> dict:
     plan = data["plan"]
     n_runs, done = len(plan["runs"]), sum(1 for r in data["records"] if r["column"] in plan["methods"])
     lines = ["# Federated anomaly-detection bench", "",
-             f"Methods: {', '.join(column_label(m) for m in plan['methods'])}; centralized peers: "
+             f"Methods: {', '.join(column_label(m) for m in plan['methods'])}; peers: "
              f"{', '.join(column_label(p) for p in plan['peers']) or 'none'}; seeds {', '.join(map(str, plan['seeds']))}; "
              f"partitions {', '.join(plan['partitions'])}. Runs finished: {done} of {n_runs}.", "",
              f"Each cell: the metric ×100 at the **validation-selected round** (the round whose models have the lowest "
              f"mean reconstruction error on each client's held-out normals; no test labels), mean ± std over seeds; "
-             f"bold = the best in its row. Peers are fitted on the union of the clients' training rows and scored on "
-             f"the same test rows by the same metric code. Summary rows: over the files where every column has every "
+             f"bold = the best in its row. Centralized peers are fitted on the union of the clients' training rows, "
+             f"per-site peers on each client's rows alone (the mean over clients, as Single-Client's); all are "
+             f"scored on the same test rows by the same metric code. Summary rows: over the files where every column has every "
              f"seed; W/T/L: files where the method is more than {TIE_PP} pp above / within / below the reference (Centralized, "
              f"Single-Client, and the centralized peer with the best mean).", ""]
     if plan["options"] or plan.get("corr_threshold") is not None:
