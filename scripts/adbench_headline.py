@@ -2,7 +2,8 @@
 and each fedgca method against the best centralized peer (issue #47's bar), from their bench_runs.csv files.
 
     .venv/bin/python scripts/adbench_headline.py docs/results/adbench/report/bench_runs.csv \\
-        docs/results/adbench/peers_knn_lof/bench_runs.csv > docs/results/adbench/headline.md
+        docs/results/adbench/peers_knn_lof/bench_runs.csv docs/results/adbench/site_knn/peer_bench/bench_runs.csv \\
+        > docs/results/adbench/headline.md
 
 Used where a bench's methods and its peers were run in separate invocations on the same files, seeds and
 partitions (``fedgca bench --methods ''`` fits peers alone on the runs' splits).
@@ -13,7 +14,12 @@ import sys
 
 import pandas as pd
 
-PEERS = ("knn", "lof", "pyod-ae", "iforest", "ecod")
+from fedgca.experiments.peers import PEERS as ALL_PEERS
+
+# the centralized peers (the bar: the best of them), then the per-site ones (a site that shares nothing)
+PEERS = tuple(sorted((n for n, p in ALL_PEERS.items() if not p.per_site), key=("knn", "lof", "pyod-ae", "iforest",
+                                                                                "ecod").index))
+SITE_PEERS = tuple(n for n, p in ALL_PEERS.items() if p.per_site)
 METHODS = ("centralized", "single", "fedavg", "fedprox", "gca")
 
 
@@ -24,7 +30,7 @@ def main(paths: list[str]) -> int:
         table = runs[runs.partition == part].pivot_table(index="file", columns="column", values="auroc",
                                                          aggfunc="mean") * 100
         table = table.dropna()
-        cols = [c for c in (*METHODS, *PEERS) if c in table]
+        cols = [c for c in (*METHODS, *PEERS, *SITE_PEERS) if c in table]
         ranks = table[cols].rank(axis=1, ascending=False).mean()
         best = max((c for c in PEERS if c in table), key=lambda c: table[c].mean())
         out += [f"## {part} ({len(table)} files; seeds: mean over {runs[runs.partition == part].seed.nunique()})", "",
@@ -37,6 +43,11 @@ def main(paths: list[str]) -> int:
             if m in table:
                 d = table[m] - table[best]
                 out.append(f"- {m}: {d.mean():+.2f} pp; {(d >= -0.5).sum()} of {len(d)} files")
+        for site in (c for c in SITE_PEERS if c in table):
+            out += ["", f"Against **{site}** ({table[site].mean():.2f}; the same detector at each site alone, nothing "
+                    "shared):", ""]
+            out += [f"- {m}: {(table[m] - table[site]).mean():+.2f} pp; {(table[m] - table[site] >= -0.5).sum()} of "
+                    f"{len(table)} files" for m in METHODS if m in table]
         out.append("")
     print("\n".join(out))
     return 0
