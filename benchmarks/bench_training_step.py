@@ -10,7 +10,9 @@ Per config, the stacked engine's epochs two ways from the same starting models:
   pass without a graph and ``_stacked_mlp_backward``, autograd's formulas on the same layouts.
 
 Kinds: GCA's reconstruction epoch (all C clients), its alignment epoch (encoder only, against centroids of
-the round's codes), and Centralized's epoch (one model over all rows: C = 1, the per-step overhead case).
+the round's codes), FedProx's local epoch (the reconstruction loss plus c·||θ_i − θ^(r)||², its gradient by hand
+too: compare its "by hand" time with the reconstruction epoch's for the term's own cost), and Centralized's epoch
+(one model over all rows: C = 1, the per-step overhead case).
 The two paths must end with bit-identical parameters (checked here; tests/test_stacked.py checks the
 gradients). Timings alternate the two paths, ``--repeat`` times, and report medians; GFLOP/s counts the
 protocol's FLOPs (6·F per row and reconstruction epoch, 6·F_enc per row and alignment epoch) against the
@@ -36,7 +38,7 @@ from fedgca import seeding  # noqa: E402
 from fedgca.models import TabularAE, forward_cost  # noqa: E402
 from fedgca.protocol import gca  # noqa: E402
 from fedgca.training.gca import alignment_loss  # noqa: E402
-from fedgca.training.local import reconstruction_loss  # noqa: E402
+from fedgca.training.local import ProximalTerm, reconstruction_loss  # noqa: E402
 from fedgca.training.loop import ClientShards, HandDifferentiated, run_epoch  # noqa: E402
 from fedgca.training.stacked import StackedModels  # noqa: E402
 
@@ -58,6 +60,12 @@ def kinds(name: str, data_dir):
     yield ("GCA recon epoch", shards, models, lambda s: reconstruction_loss(s, 1), "all", 6 * F * N)
     yield ("GCA align epoch", shards, models, lambda s: alignment_loss(s, centroids, weights), "encoder",
            6 * F_enc * N)
+    # FedProx: the round's global model near the clients' (one per parameter), SPEC's c = μ/(2B) = 1e-4
+    start = StackedModels(copy.deepcopy(models)).params
+    global_params = {k: v.detach()[0] + 0.01 * torch.randn_like(v.detach()[0]) for k, v in start.items()}
+    yield ("FedProx epoch", shards, models, lambda s: reconstruction_loss(s, 1, ProximalTerm(1e-4, s.params,
+                                                                                              global_params)),
+           "all", 6 * F * N)
     yield ("Centralized epoch", pooled, models[:1], lambda s: reconstruction_loss(s, 1), "all", 6 * F * N)
 
 

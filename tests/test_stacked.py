@@ -304,10 +304,11 @@ def _autograd_loss_and_grads(stack, loss_fn, xb, mask, keys):
 
 
 def test_hand_backward_gives_autograds_gradients_bit_for_bit():
-    """Reconstruction (whole AE) and alignment (encoder only) losses, 1 and 3 clients, float32 and float64,
-    padded rows and an idle client: the hand-written backward pass returns exactly autograd's loss and gradients, in its layouts."""
+    """Reconstruction (whole AE; alone and with FedProx's proximal term) and alignment (encoder only) losses, 1 and 3
+    clients, float32 and float64, padded rows and an idle client: the hand-written backward pass returns exactly
+    autograd's loss and gradients, in its layouts."""
     from fedgca.training.gca import alignment_loss
-    from fedgca.training.local import reconstruction_loss
+    from fedgca.training.local import ProximalTerm, reconstruction_loss
     from fedgca.training.loop import HandDifferentiated
 
     for n_clients, dx, dtype in ((1, 10, torch.float32), (3, 37, torch.float32), (3, 6, torch.float64)):
@@ -320,7 +321,13 @@ def test_hand_backward_gives_autograds_gradients_bit_for_bit():
             mask[1] = 0  # a client with no batch left
         centroids, counts = torch.randn(7, 16, dtype=dtype), torch.tensor([5.0, 1, 0, 9, 3, 3, 2])
         weights = gca.alignment_weights(counts)
+        # the round's global model: near the clients' (as after a download and a few steps), one per parameter
+        global_params = {k: v.detach()[0] + 0.01 * torch.randn_like(v.detach()[0]) for k, v in stack.params.items()}
         for loss_fn, keys in ((reconstruction_loss(stack, 1), list(stack.params)),
+                              (reconstruction_loss(stack, 1, ProximalTerm(1e-4, stack.params, global_params)),
+                               list(stack.params)),
+                              (reconstruction_loss(stack, 1, ProximalTerm(0.37, stack.params, global_params)),
+                               list(stack.params)),
                               (alignment_loss(stack, centroids, weights), stack.encoder_keys)):
             assert isinstance(loss_fn, HandDifferentiated)
             want_loss, want = _autograd_loss_and_grads(stack, loss_fn, xb, mask, keys)

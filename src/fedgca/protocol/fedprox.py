@@ -8,11 +8,12 @@ has c = μ / (2B): μ = 1e-2, B = 50 → c = 1e-4. Both are in the config
 """
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from fedgca.protocol.fedavg import aggregate  # the server rule is FedAvg's
 
-__all__ = ["aggregate", "effective_coefficient", "proximal_term"]
+__all__ = ["aggregate", "effective_coefficient", "proximal_term_and_gradient", "proximal_term"]
 
 
 def effective_coefficient(mu: float, batch_size: int) -> float:
@@ -25,3 +26,19 @@ def proximal_term(params: dict[str, Tensor], global_params: dict[str, Tensor]) -
     for k, p in params.items():
         total = total + (p - global_params[k].detach()).pow(2).flatten(1).sum(-1)
     return total
+
+
+def proximal_term_and_gradient(params: dict[str, Tensor], global_params: dict[str, Tensor],
+                                coef: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """(c·||θ_i − θ^(r)||²₂ per client, its gradient c·2(θ_i − θ^(r)) per parameter) with θ_i − θ^(r) computed once,
+    each equal bit for bit to what autograd gives through ``coef * proximal_term(...)``: d·d is pow(d, 2)'s kernel,
+    the sums run in the same order, and d·(2c) rounds the exact product 2cd once, as autograd's c·(2d) does (2c
+    and 2d are exact), so a hand-written backward pass that adds it keeps autograd's gradients."""
+    diffs = torch._foreach_sub([p.detach() for p in params.values()],
+                               [global_params[k].detach().expand_as(p) for k, p in params.items()])
+    squares = torch._foreach_mul(diffs, diffs)
+    total = 0
+    for sq in squares:
+        total = total + sq.flatten(1).sum(-1)
+    torch._foreach_mul_(diffs, 2.0 * coef)
+    return coef * total, dict(zip(params, diffs))

@@ -24,11 +24,41 @@ def reconstruction_loss(clients: StackedModels, n_feature_dims: int, extra_loss=
         value = masked_batch_mean(reconstruction_per_row(xb, clients.reconstruct(xb), n_feature_dims), mask)
         return value if extra_loss is None else value + extra_loss()
 
-    if extra_loss is None and n_feature_dims == 1 and clients.hand_backward:
-        return HandDifferentiated(loss, lambda xb, mask: clients.loss_and_grads(
-            xb, mask, lambda out, m: reconstruction_loss_and_grad(xb, out, m)),
-            form=("recon",), merge=lambda parts, merged: reconstruction_loss(merged, 1))
+    if n_feature_dims != 1 or not clients.hand_backward:
+        return loss
+
+    def recon_and_grads(xb: Tensor, mask: Tensor):
+        return clients.loss_and_grads(xb, mask, lambda out, m: reconstruction_loss_and_grad(xb, out, m))
+
+    if extra_loss is None:
+        return HandDifferentiated(loss, recon_and_grads, form=("recon",),
+                                  merge=lambda parts, merged: reconstruction_loss(merged, 1))
+    if isinstance(extra_loss, ProximalTerm):  # its gradient by hand too: FedProx keeps the fast backward pass
+
+        def with_term(xb: Tensor, mask: Tensor):
+            value, grads = recon_and_grads(xb, mask)
+            term, term_grads = extra_loss.value_and_grads()
+            keys = list(grads)
+            torch._foreach_add_([grads[k] for k in keys], [term_grads[k] for k in keys])
+            return value + term, grads
+
+        return HandDifferentiated(loss, with_term)  # never merged: each run has its own global model
     return loss
+
+
+class ProximalTerm:
+    """FedProx's c·||θ_i − θ^(r)||² of each client [C] (callable) and its gradient (``grads``, autograd's bit
+    for bit: ``protocol.fedprox.proximal_term_and_gradient``)."""
+
+    def __init__(self, coef: float, params: dict[str, Tensor], global_params: dict[str, Tensor]):
+        self.coef, self.params, self.global_params = coef, params, global_params
+
+    def __call__(self) -> Tensor:
+        return self.coef * fedprox.proximal_term(self.params, self.global_params)
+
+    @torch.no_grad()
+    def value_and_grads(self) -> tuple[Tensor, dict[str, Tensor]]:
+        return fedprox.proximal_term_and_gradient(self.params, self.global_params, self.coef)
 
 
 def reconstruction_per_example(n_feature_dims: int):
@@ -68,5 +98,4 @@ def client_loss_term(cfg, clients: StackedModels, global_params: dict[str, torch
     """What a parameter-sharing client adds to L_recon this round: FedProx's c·||θ_i − θ^(r)||², else nothing."""
     if cfg.spec.client_term != "proximal" or not cfg.fedprox_coef:
         return None
-    coef, params = cfg.fedprox_coef, clients.params
-    return lambda: coef * fedprox.proximal_term(params, global_params)
+    return ProximalTerm(cfg.fedprox_coef, clients.params, global_params)
