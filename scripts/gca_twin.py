@@ -23,8 +23,6 @@ files where training hurt.
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -134,26 +132,10 @@ def table(out: Path) -> str:
 
 
 def main() -> int:
-    from selection_signals import study_arguments, study_files
+    from selection_signals import file_study_main
 
-    args = study_arguments(__doc__.splitlines()[0], str(ROOT / "docs" / "results" / "adbench" / "gca_twin"),
-                           1).parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if not args.table:
-        from fedgca.experiments.pool import study_jobs
-
-        files = study_files(args)
-        jobs = [(str(f), int(s), args.partition, str(out / f"{f.stem}-{args.partition}-seed{s}.json"))
-                for s in args.seeds.split(",") for f in files]
-        todo = [j for j in jobs if not Path(j[3]).exists()]
-        import gca_twin  # the workers find the job by this module's name (this file is __main__ here)
-
-        logging.basicConfig(level=logging.WARNING)
-        print(f"{len(todo)} of {len(jobs)} jobs to measure", file=sys.stderr)
-        study_jobs(gca_twin.measure, todo, args.workers)
-    print(table(out))
-    return 0
+    return file_study_main(__doc__.splitlines()[0], str(ROOT / "docs" / "results" / "adbench" / "gca_twin"), 1,
+                           "gca_twin")
 
 
 if __name__ == "__main__":

@@ -288,6 +288,28 @@ def study_arguments(description: str, out: str, workers: int) -> argparse.Argume
     return ap
 
 
+def file_study_main(description: str, out: str, workers: int, module: str) -> int:
+    """The main of a study with one job per file × seed × partition (gca_twin.py, site_knn.py): ``module``'s
+    ``measure(path, seed, partition, out)`` for every job without its JSON file, then its ``table(out)``."""
+    import importlib
+
+    args = study_arguments(description, out, workers).parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    study = importlib.import_module(module)  # by name: the workers find the job there (the script is __main__)
+    if not args.table:
+        from fedgca.experiments.pool import study_jobs
+
+        jobs = [(str(f), int(s), args.partition, str(out / f"{f.stem}-{args.partition}-seed{s}.json"))
+                for s in args.seeds.split(",") for f in study_files(args)]
+        todo = [j for j in jobs if not Path(j[3]).exists()]
+        logging.basicConfig(level=logging.WARNING)
+        print(f"{len(todo)} of {len(jobs)} jobs to measure", file=sys.stderr)
+        study_jobs(study.measure, todo, args.workers)
+    print(study.table(out))
+    return 0
+
+
 def study_files(args) -> list[Path]:
     """The ADBench files of ``--data-dir`` (``--files``: only those stems)."""
     from fedgca.experiments import bench

@@ -23,8 +23,6 @@ of the committed peers (``peers_knn_lof/``, the same splits).
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -159,26 +157,10 @@ def table(out: Path) -> str:
 
 
 def main() -> int:
-    from selection_signals import study_arguments, study_files
+    from selection_signals import file_study_main
 
-    args = study_arguments(__doc__.splitlines()[0], str(ROOT / "docs" / "results" / "adbench" / "site_knn"),
-                           2).parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if not args.table:
-        from fedgca.experiments.pool import study_jobs
-
-        files = study_files(args)
-        jobs = [(str(f), int(s), args.partition, str(out / f"{f.stem}-{args.partition}-seed{s}.json"))
-                for s in args.seeds.split(",") for f in files]
-        todo = [j for j in jobs if not Path(j[3]).exists()]
-        import site_knn  # the workers find the job by this module's name (this file is __main__ here)
-
-        logging.basicConfig(level=logging.WARNING)
-        print(f"{len(todo)} of {len(jobs)} jobs to measure", file=sys.stderr)
-        study_jobs(site_knn.measure, todo, args.workers)
-    print(table(out))
-    return 0
+    return file_study_main(__doc__.splitlines()[0], str(ROOT / "docs" / "results" / "adbench" / "site_knn"), 2,
+                           "site_knn")
 
 
 if __name__ == "__main__":
