@@ -97,17 +97,10 @@ def measure(path: str, seed: int, partition: str, out: str) -> str:
 
 
 def table(out: Path) -> str:
-    from fedgca.tabletext import csv_text, markdown
+    from selection_signals import file_study_partitions, write_study_table
 
-    docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     rows, body = [], []
-    for part in sorted({d["partition"] for d in docs}):
-        mine = [d for d in docs if d["partition"] == part]
-        files = sorted({d["file"] for d in mine})
-        seeds = sorted({d["seed"] for d in mine})
-        # per file: the mean over its seeds of the mean over clients
-        per_file = {v: np.array([np.mean([np.mean(d["auroc"][v]) for d in mine if d["file"] == f]) * 100
-                                 for f in files]) for v in VARIANTS}
+    for part, mine, files, seeds, per_file in file_study_partitions(out, VARIANTS):
         hurt = np.array([f in HURT for f in files])
         for v in VARIANTS:
             gap = per_file[v] - per_file["single"]
@@ -125,10 +118,7 @@ def table(out: Path) -> str:
     head = ["partition", "variant", "files × seeds", "mean AUROC", "− Single-Client (pp)",
             "files ≥ Single − 0.5 pp", "files clearly below (mean + 2 s.e. < −0.5)",
             "files where the paired s.e. > 0.5 pp", "mean on the files where training hurt"]
-    text = markdown(head, body)
-    (out / "twin.md").write_text(text)
-    (out / "twin.csv").write_text(csv_text(["partition", "file", "variant", "auroc"], rows))
-    return text
+    return write_study_table(out, "twin", head, body, rows)
 
 
 def main() -> int:

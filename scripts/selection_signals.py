@@ -288,6 +288,28 @@ def study_arguments(description: str, out: str, workers: int) -> argparse.Argume
     return ap
 
 
+def file_study_partitions(out: Path, variants):
+    """A file study's JSON files in ``out``, per partition: (partition, its documents, files, seeds, per file the
+    mean AUROC ×100 of each variant — the mean over its seeds of the mean over clients)."""
+    docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    for part in sorted({d["partition"] for d in docs}):
+        mine = [d for d in docs if d["partition"] == part]
+        files = sorted({d["file"] for d in mine})
+        per_file = {v: np.array([np.mean([np.mean(d["auroc"][v]) for d in mine if d["file"] == f]) * 100
+                                 for f in files]) for v in variants}
+        yield part, mine, files, sorted({d["seed"] for d in mine}), per_file
+
+
+def write_study_table(out: Path, stem: str, head: list, body: list, rows: list) -> str:
+    """``stem``.md (``head`` and ``body``) and ``stem``.csv (``rows``: partition, file, variant, AUROC) in ``out``."""
+    from fedgca.tabletext import csv_text, markdown
+
+    text = markdown(head, body)
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.csv").write_text(csv_text(["partition", "file", "variant", "auroc"], rows))
+    return text
+
+
 def file_study_main(description: str, out: str, workers: int, module: str) -> int:
     """The main of a study with one job per file × seed × partition (gca_twin.py, site_knn.py): ``module``'s
     ``measure(path, seed, partition, out)`` for every job without its JSON file, then its ``table(out)``."""

@@ -121,19 +121,13 @@ def _pooled_knn(partition: str) -> dict[tuple[str, int], float]:
 
 
 def table(out: Path) -> str:
-    from fedgca.tabletext import csv_text, markdown
+    from selection_signals import file_study_partitions, write_study_table
 
-    docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     rows, body = [], []
-    for part in sorted({d["partition"] for d in docs}):
-        mine = [d for d in docs if d["partition"] == part]
-        files = sorted({d["file"] for d in mine})
-        seeds = sorted({d["seed"] for d in mine})
+    for part, mine, files, seeds, per_file in file_study_partitions(out, VARIANTS):
         pooled = _pooled_knn(part)
         have = [f for f in files if all((f, s) in pooled for s in seeds)]
         knn = np.array([np.mean([pooled[(f, s)] for s in seeds]) for f in have]) if have else None
-        per_file = {v: np.array([np.mean([np.mean(d["auroc"][v]) for d in mine if d["file"] == f]) * 100
-                                 for f in files]) for v in VARIANTS}
         for v in VARIANTS:
             gap = per_file[v] - per_file["single"]
             # the bar GCA is held to: ≥ Single-Client − 0.5 pp per file; here against the same variant of Single
@@ -150,10 +144,7 @@ def table(out: Path) -> str:
                          "", "", "0"])
     head = ["partition", "variant", "files × seeds", "mean AUROC", "− Single-Client (pp)",
             "GCA's files ≥ Single's same variant − 0.5 pp (mean Δ)", "− pooled KNN (pp)"]
-    text = markdown(head, body)
-    (out / "site_knn.md").write_text(text)
-    (out / "site_knn.csv").write_text(csv_text(["partition", "file", "variant", "auroc"], rows))
-    return text
+    return write_study_table(out, "site_knn", head, body, rows)
 
 
 def main() -> int:
