@@ -469,3 +469,91 @@ def test_client_app_computes_with_the_nodes_torch_threads():
                 torch_threads("msg", ctx, lambda m, c: m)
     finally:
         torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------------------- a node's state on its disk
+
+
+def _wiping_grid(client: int, before_round: str):
+    """A grid whose node of ``client`` loses its ClientApp state (a SuperNode restarted with Flower's in-memory
+    state gone) just before the first message of round ``before_round``."""
+    from flwr.app import Context
+
+    from fedgca.flower.inprocess import InProcessGrid
+
+    class WipingGrid(InProcessGrid):
+        wiped = False
+
+        def push_messages(self, messages):
+            messages = list(messages)
+            if not self.wiped and any(m.metadata.group_id == before_round for m in messages):
+                old = self.contexts[1000 + client]
+                self.contexts[old.node_id] = Context(run_id=old.run_id, node_id=old.node_id,
+                                                     node_config=dict(old.node_config), state=RecordDict(),
+                                                     run_config=dict(old.run_config))
+                self.wiped = True
+            return super().push_messages(messages)
+
+    return WipingGrid
+
+
+@pytest.mark.parametrize("method", ["gca", "fedprox"])
+def test_a_restarted_node_with_a_state_dir_continues_its_client(tmp_path, data_dir, method):
+    """Client 1's node loses its ClientApp state before round 2. With ``state-dir`` it restores it from its disk
+    and the run's metrics equal an uninterrupted run's byte for byte; without, the client starts again from its
+    initial model (GCA) or a fresh Adam (FedProx) and they differ — what the state file saves."""
+    from fedgca.flower import client_app
+    from fedgca.flower.inprocess import InProcessGrid, run_inprocess
+    from fedgca.flower.server_app import make_server_app
+
+    cfg = _magic(method=method, k=10, local_epochs=1)
+
+    def run(name, grid, state_dir):
+        nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir),
+                  **({"state-dir": str(tmp_path / name / "state")} if state_dir else {})} for i in range(3)]
+        out = tmp_path / name / "run"
+        run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(out), eval_recon_epochs=False)),
+                      client_app.app, nodes, grid_class=grid)
+        return (out / "metrics.csv").read_text(), tmp_path / name / "state"
+
+    whole, _ = run("whole", InProcessGrid, True)
+    restored, state = run("restored", _wiping_grid(1, "2"), True)
+    lost, _ = run("lost", _wiping_grid(1, "2"), False)
+    assert restored == whole and lost != whole
+    assert sorted(p.name for p in state.iterdir()) == ["client_000", "client_001", "client_002"]
+
+
+def test_a_damaged_state_file_is_one_warning_and_a_fresh_start(tmp_path, caplog):
+    """A state file that no longer matches its manifest, or is not a saved state at all, is one warning line: the
+    client starts from an empty state (as without ``state-dir``). SecAgg+'s round secrets are never written."""
+    from flwr.app import Context
+
+    from fedgca.flower import nodestate
+
+    nc = {"partition-id": 4, "state-dir": str(tmp_path)}
+    state = RecordDict({"fedgca.model": ArrayRecord({"w": Array(np.arange(6, dtype=np.float32))}),
+                        "secaggplus_state": ConfigRecord({"sk": b"secret"})})
+    seen = []
+
+    def handler(msg, context):
+        seen.append(sorted(context.state.keys()))
+        return msg
+
+    msg = object()  # the mod never reads the message (a Message needs Flower's runtime around it)
+    nodestate.persist_state(msg, Context(run_id=9, node_id=7, node_config=nc, state=state, run_config={}), handler)
+    directory, name = nodestate.state_file(Context(run_id=9, node_id=8, node_config=nc, state=RecordDict(),
+                                                   run_config={}))
+    assert directory.name == "client_004" and b"secret" not in (directory / name).read_bytes()
+    fresh = Context(run_id=9, node_id=8, node_config=nc, state=RecordDict(), run_config={})  # a restarted node
+    nodestate.persist_state(msg, fresh, handler)
+    assert seen[-1] == ["fedgca.model"]
+    np.testing.assert_array_equal(fresh.state.array_records["fedgca.model"]["w"].numpy(), np.arange(6))
+    for damage in (lambda p: p.write_bytes(p.read_bytes()[:-7]),  # truncated
+                   lambda p: ((directory / "manifest.json").unlink(), p.write_bytes(b"not a state"))):  # foreign
+        damage(directory / name)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="fedgca"):
+            nodestate.persist_state(msg, Context(run_id=9, node_id=8, node_config=nc, state=RecordDict(),
+                                                 run_config={}), handler)
+        assert seen[-1] == [] and "starts again from its initial state" in caplog.text
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1

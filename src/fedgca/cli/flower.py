@@ -133,7 +133,8 @@ def cmd_deploy_local(args) -> int:
     nodes = [{"partition-id": i, "num-partitions": cfg.clients} | ({"data-dir": str(Path(args.data_dir).resolve())}
                                                                       if args.data_dir else {})
              for i in range(cfg.clients)]
-    nodes = [nc | {"detector-dir": str(out)} for nc in nodes]  # each node's detector, where the simulator writes it
+    # each node's detector, where the simulator writes it; its ClientApp state on disk (a restarted node goes on)
+    nodes = [nc | {"detector-dir": str(out), "state-dir": str(work / "node-state")} for nc in nodes]
     with LocalDeployment(work, nodes, tls=args.tls, warm=not args.cold_clientapps) as dep:
         print(f"SuperLink on {dep.address} ({'TLS' if args.tls else 'insecure'}), {len(nodes)} SuperNodes; "
               f"logs in {dep.logs}", file=sys.stderr)

@@ -5,7 +5,8 @@ holding one autoencoder, trained by the same functions
 (``fedgca.training.gca``, ``fedgca.training.local``)
 with the same random draws (``fedgca.seeding``, keyed by the client's global
 id). Its parameters and Adam state persist in ``context.state`` between
-messages and never travel in one.
+messages and never travel in one (with the node config ``state-dir``, also on the node's disk, so a restarted
+SuperNode continues its client: ``fedgca.flower.nodestate``).
 
 Message types handled (see :mod:`fedgca.flower.records` for the layout):
 ``query.info``, ``query.stats``, ``query.setup``, ``train`` and ``train.<step>``
@@ -36,6 +37,7 @@ from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.evaluation.threshold import quantile_threshold
 from fedgca.flower import choice, owndata
 from fedgca.flower import data as node_data
+from fedgca.flower.nodestate import persist_state
 from fedgca.flower.records import (
     ARRAYS,
     CONFIG,
@@ -86,7 +88,7 @@ def torch_threads(msg: Message, context: Context, call_next) -> Message:
     return call_next(msg, context)
 
 
-app = ClientApp(mods=[torch_threads, secure_aggregation])
+app = ClientApp(mods=[persist_state, torch_threads, secure_aggregation])  # persist_state: around everything
 
 
 # ---------------------------------------------------------------------------- helpers

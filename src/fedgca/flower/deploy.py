@@ -131,7 +131,7 @@ def superexec_command(runtime_port: int, parent_pid: int | None = None) -> list[
 def deployment_commands(n_nodes: int, *, superlink_host: str = "<superlink-host>", port: int = 9092,
                         tls: bool = True, dataset_nodes: bool = True) -> str:
     """The commands a README/`fedgca flower app-dir` prints for a SuperLink and N SuperNodes (each node writes its
-    deployed detector to its ``detector-dir``)."""
+    deployed detector to its ``detector-dir`` and keeps its client's state in its ``state-dir``)."""
     lines = ["# on the server machine (certificates: `fedgca flower certs certs/ --host <superlink-host>`)",
              " ".join(superlink_command(port, Certificates(Path("certs/ca.crt"), Path("certs/server.pem"),
                                                            Path("certs/server.key")) if tls else None,
@@ -140,6 +140,7 @@ def deployment_commands(n_nodes: int, *, superlink_host: str = "<superlink-host>
         nc = ({"partition-id": i, "num-partitions": n_nodes} if dataset_nodes
               else {"data-path": f"/data/node{i}.csv", "schema-path": "/data/schema.json"})
         nc["detector-dir"] = "/srv/fedgca-detectors"
+        nc["state-dir"] = "/var/lib/fedgca-state"  # the client's state between messages: a restart goes on
         if i == 0:
             lines += ["# each client machine runs a SuperNode and, beside it, fedgca's SuperExec, which forks the",
                       "# node's ClientApp processes warm (drop `--isolation process` and the SuperExec to have",

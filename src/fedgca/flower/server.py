@@ -237,8 +237,9 @@ class FlowerServer:
         """Let restarted SuperNodes take their client's place: {client id: new node id}.
 
         A node that connected after registration and claims a registered client id (with the same
-        row count and input shape) replaces that client's old node from this round on. Its
-        ClientApp state did not survive the restart: a GCA client starts again from its initial
+        row count and input shape) replaces that client's old node from this round on. A node with a
+        ``state-dir`` restores its ClientApp state from its disk and goes on (``fedgca.flower.nodestate``);
+        without one the state did not survive the restart: a GCA client starts again from its initial
         model, a baseline client with a fresh Adam.
         """
         known = {c.node_id for c in self.clients} | self._seen_nodes
