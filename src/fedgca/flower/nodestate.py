@@ -46,7 +46,7 @@ def save(directory: Path, name: str, state: RecordDict) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     data = bytearray(recorddict_to_proto(kept).SerializeToString())
     # as a uint8 tensor: stored as raw bytes (a Python bytes object would be pickled as a latin-1 string, ~1.3×)
-    tensor = torch.frombuffer(data, dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)  # empty: none
+    tensor = torch.frombuffer(data, dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
     rundir.save_checkpoint(directory, {KEY: tensor}, name)
 
 
@@ -80,7 +80,8 @@ def persist_state(msg: Message, context: Context, call_next) -> Message:
                 context.state[k] = v
             log.info("restored client state from %s (%d records)", directory / name, len(restored))
     reply = call_next(msg, context)
-    save(directory, name, context.state)
+    if list(context.state.keys()):  # an empty state (a registration query) has nothing to keep
+        save(directory, name, context.state)
     return reply
 
 
