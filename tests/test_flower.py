@@ -540,6 +540,9 @@ def test_a_damaged_state_file_is_one_warning_and_a_fresh_start(tmp_path, caplog)
         return msg
 
     msg = object()  # the mod never reads the message (a Message needs Flower's runtime around it)
+    empty = Context(run_id=9, node_id=7, node_config=nc, state=RecordDict(), run_config={})
+    nodestate.persist_state(msg, empty, handler)  # a registration query: nothing kept, nothing written
+    assert not list(tmp_path.iterdir())
     nodestate.persist_state(msg, Context(run_id=9, node_id=7, node_config=nc, state=state, run_config={}), handler)
     directory, name = nodestate.state_file(Context(run_id=9, node_id=8, node_config=nc, state=RecordDict(),
                                                    run_config={}))

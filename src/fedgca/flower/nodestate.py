@@ -21,6 +21,7 @@ import torch
 from flwr.app import Context, Message, RecordDict
 
 from fedgca import rundir
+from fedgca.devices import to_numpy
 from fedgca.flower.data import client_id_of
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def load(directory: Path, name: str) -> RecordDict:
     data = rundir.load_tensors(rundir.verify(directory, name), expect_keys=(KEY,))[KEY]
     try:
         proto = RecordDictProto()
-        proto.ParseFromString(data.numpy().tobytes())
+        proto.ParseFromString(to_numpy(data).tobytes())
         return recorddict_from_proto(proto)
     except Exception as err:  # noqa: BLE001 — protobuf's DecodeError and whatever a foreign payload raises
         raise rundir.RunFileError(f"{directory / name}: not a saved ClientApp state ({type(err).__name__})") from None
