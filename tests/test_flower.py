@@ -501,7 +501,8 @@ def _wiping_grid(client: int, before_round: str):
 def test_a_restarted_node_with_a_state_dir_continues_its_client(tmp_path, data_dir, method):
     """Client 1's node loses its ClientApp state before round 2. With ``state-dir`` it restores it from its disk
     and the run's metrics equal an uninterrupted run's byte for byte; without, the client starts again from its
-    initial model (GCA) or a fresh Adam (FedProx) and they differ — what the state file saves."""
+    initial model (GCA) or a fresh Adam (FedProx) and they differ — what the state file saves. Once the run's
+    detectors are deployed, no state file is left."""
     from fedgca.flower import client_app
     from fedgca.flower.inprocess import InProcessGrid, run_inprocess
     from fedgca.flower.server_app import make_server_app
@@ -521,6 +522,7 @@ def test_a_restarted_node_with_a_state_dir_continues_its_client(tmp_path, data_d
     lost, _ = run("lost", _wiping_grid(1, "2"), False)
     assert restored == whole and lost != whole
     assert sorted(p.name for p in state.iterdir()) == ["client_000", "client_001", "client_002"]
+    assert not list(state.rglob("*.state"))  # deleted after query.deploy: the run is over for every client
 
 
 def test_a_damaged_state_file_is_one_warning_and_a_fresh_start(tmp_path, caplog):

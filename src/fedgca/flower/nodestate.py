@@ -4,10 +4,12 @@ client where it stopped, instead of from the initial model.
 Everything a fedgca client keeps between messages lives in ``context.state`` (its model and Adam state, its
 evaluations, own data's preprocessing, ``--selection``'s candidates), which Flower holds in the SuperNode's memory
 and a restart loses. The ClientApp mod :func:`persist_state` writes it after every message to
-``<state-dir>/client_<id>/run_<run id>.state`` — Flower's own protobuf encoding of the ``RecordDict``, as one uint8
-tensor of a tensors-only file, swapped in atomically and listed in that directory's manifest (``fedgca.rundir``) — and, when a
-message finds the state empty and the file there, restores it first. Flower SecAgg+'s per-round secrets
-(``secaggplus_state``) are never written: a round interrupted by a restart fails for that client as before.
+``<state-dir>/client_<id>/run_<run id>.state`` — Flower's own protobuf encoding of the ``RecordDict``, as one
+uint8 tensor of a tensors-only file, swapped in atomically and listed in that directory's manifest
+(``fedgca.rundir``) — and, when a message finds the state empty and the file there, restores it first. After the
+run's last message (``query.deploy``, once the client's detector is written) it deletes the file. Flower
+SecAgg+'s per-round secrets (``secaggplus_state``) are never written: a round interrupted by a restart fails
+for that client as before.
 
 A file that fails its manifest or does not decode is one warning line, and the client starts fresh, as without
 ``state-dir``. The file is the node operator's, on the node's own disk: nothing of it travels.
@@ -22,6 +24,7 @@ from flwr.app import Context, Message, RecordDict
 
 from fedgca import rundir
 from fedgca.devices import to_numpy
+from fedgca.flower.choice import DEPLOY  # the run's last message to a client: its state file is deleted
 from fedgca.flower.data import client_id_of
 
 log = logging.getLogger(__name__)
@@ -81,7 +84,9 @@ def persist_state(msg: Message, context: Context, call_next) -> Message:
                 context.state[k] = v
             log.info("restored client state from %s (%d records)", directory / name, len(restored))
     reply = call_next(msg, context)
-    if list(context.state.keys()):  # an empty state (a registration query) has nothing to keep
+    if getattr(getattr(msg, "metadata", None), "message_type", None) == DEPLOY:  # the run is over for this client
+        rundir.forget(directory, name)
+    elif list(context.state.keys()):  # an empty state (a registration query) has nothing to keep
         save(directory, name, context.state)
     return reply
 
