@@ -528,6 +528,8 @@ def test_a_restarted_node_with_a_state_dir_continues_its_client(tmp_path, data_d
 def test_a_damaged_state_file_is_one_warning_and_a_fresh_start(tmp_path, caplog):
     """A state file that no longer matches its manifest, or is not a saved state at all, is one warning line: the
     client starts from an empty state (as without ``state-dir``). SecAgg+'s round secrets are never written."""
+    from types import SimpleNamespace
+
     from flwr.app import Context
 
     from fedgca.flower import nodestate
@@ -541,7 +543,8 @@ def test_a_damaged_state_file_is_one_warning_and_a_fresh_start(tmp_path, caplog)
         seen.append(sorted(context.state.keys()))
         return msg
 
-    msg = object()  # the mod never reads the message (a Message needs Flower's runtime around it)
+    # the mod reads only the message's type (a real Message needs Flower's runtime around it)
+    msg = SimpleNamespace(metadata=SimpleNamespace(message_type="train"))
     empty = Context(run_id=9, node_id=7, node_config=nc, state=RecordDict(), run_config={})
     nodestate.persist_state(msg, empty, handler)  # a registration query: nothing kept, nothing written
     assert not list(tmp_path.iterdir())

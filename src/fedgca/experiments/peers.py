@@ -108,7 +108,7 @@ def site_splits(cfg, dataset) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]
     from fedgca.data.partition import client_splits
 
     parts, _ = client_splits(cfg, dataset)
-    return [dataset.train[np.sort(p)] for p in parts], dataset.test_x, dataset.test_y
+    return [dataset.train[p] for p in parts], dataset.test_x, dataset.test_y  # each part's rows in order
 
 
 def split_for(name: str, cfg, dataset) -> tuple:

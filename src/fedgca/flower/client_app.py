@@ -280,11 +280,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Metrics of this client's deployed model (its own, or the server's model the message carries)."""
     cfg, node = _node(msg, context)
     r = _round(msg)
-    if ARRAYS not in msg.content:
-        clients = _clients(context, cfg, node)
-    else:
-        clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
-        clients.set_all(model_state(numpy_dict(msg.content[ARRAYS])))
+    clients = _global_or_own(msg, context, cfg, node)
     return _reply(msg, **{METRICS: MetricRecord(_evaluation(clients, node, cfg, _pending(context, r),
                                                             _method(cfg, node), context, r,
                                                             msg.content[CONFIG].get(choice.SELECTED)))})

@@ -24,7 +24,7 @@ from flwr.app import Context, Message, RecordDict
 
 from fedgca import rundir
 from fedgca.devices import to_numpy
-from fedgca.flower.choice import DEPLOY  # the run's last message to a client: its state file is deleted
+from fedgca.flower.choice import DEPLOY
 from fedgca.flower.data import client_id_of
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,16 @@ def state_file(context: Context) -> tuple[Path, str] | None:
 
 
 def save(directory: Path, name: str, state: RecordDict) -> None:
+    """Write ``state`` less ``NOT_KEPT``; nothing when that leaves nothing (a registration query's state)."""
     from flwr.common.serde import recorddict_to_proto
 
     kept = RecordDict({k: v for k, v in state.items() if k not in NOT_KEPT})
+    if not len(kept):
+        return
     directory.mkdir(parents=True, exist_ok=True)
     data = bytearray(recorddict_to_proto(kept).SerializeToString())
     # as a uint8 tensor: stored as raw bytes (a Python bytes object would be pickled as a latin-1 string, ~1.3×)
-    tensor = torch.frombuffer(data, dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
-    rundir.save_checkpoint(directory, {KEY: tensor}, name)
+    rundir.save_checkpoint(directory, {KEY: torch.frombuffer(data, dtype=torch.uint8)}, name)
 
 
 def load(directory: Path, name: str) -> RecordDict:
@@ -74,7 +76,7 @@ def persist_state(msg: Message, context: Context, call_next) -> Message:
     if where is None:
         return call_next(msg, context)
     directory, name = where
-    if not list(context.state.keys()) and (directory / name).exists():
+    if not len(context.state) and (directory / name).exists():
         try:
             restored = load(directory, name)
         except rundir.RunFileError as err:
@@ -84,9 +86,9 @@ def persist_state(msg: Message, context: Context, call_next) -> Message:
                 context.state[k] = v
             log.info("restored client state from %s (%d records)", directory / name, len(restored))
     reply = call_next(msg, context)
-    if getattr(getattr(msg, "metadata", None), "message_type", None) == DEPLOY:  # the run is over for this client
+    if msg.metadata.message_type == DEPLOY:  # the run's last message: it is over for this client
         rundir.forget(directory, name)
-    elif list(context.state.keys()):  # an empty state (a registration query) has nothing to keep
+    else:
         save(directory, name, context.state)
     return reply
 

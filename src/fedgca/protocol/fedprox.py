@@ -22,9 +22,15 @@ def effective_coefficient(mu: float, batch_size: int) -> float:
 
 def proximal_term(params: dict[str, Tensor], global_params: dict[str, Tensor]) -> Tensor:
     """||θ_i − θ^(r)||²₂ per client: stacked params [C, ...] against the round's global model."""
+    return _per_client_sum((p - global_params[k].detach()).pow(2) for k, p in params.items())
+
+
+def _per_client_sum(squares) -> Tensor:
+    """Σ over parameters of each client's sum of squares [C], in the parameters' order (autograd's and the hand
+    pass's order: their values agree bit for bit)."""
     total = 0
-    for k, p in params.items():
-        total = total + (p - global_params[k].detach()).pow(2).flatten(1).sum(-1)
+    for sq in squares:
+        total = total + sq.flatten(1).sum(-1)
     return total
 
 
@@ -36,9 +42,6 @@ def proximal_term_and_gradient(params: dict[str, Tensor], global_params: dict[st
     and 2d are exact), so a hand-written backward pass that adds it keeps autograd's gradients."""
     diffs = torch._foreach_sub([p.detach() for p in params.values()],
                                [global_params[k].detach().expand_as(p) for k, p in params.items()])
-    squares = torch._foreach_mul(diffs, diffs)
-    total = 0
-    for sq in squares:
-        total = total + sq.flatten(1).sum(-1)
+    total = _per_client_sum(torch._foreach_mul(diffs, diffs))
     torch._foreach_mul_(diffs, 2.0 * coef)
     return coef * total, dict(zip(params, diffs))
