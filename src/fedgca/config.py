@@ -216,6 +216,9 @@ class RunConfig:
         if self.eval_align_clients != "all" and not self.eval_align_epochs:
             raise ValueError(f"--eval-align-clients {self.eval_align_clients} chooses whom --eval-align-epochs "
                              "evaluates; add --eval-align-epochs")
+        if self.spec.secure and self.eval_align_clients != "all":
+            raise ValueError(f"--eval-align-clients {self.eval_align_clients} evaluates one client alone; under "
+                             f"--method {self.method} the server learns evaluations only as sums over clients")
         if self.gmm_warm_start and self.backend != "gmm":
             raise ValueError(f"--gmm-warm-start warm-starts the GMM backend only (--backend is {self.backend})")
         if self.threshold == "val-quantile" and not self.val_fraction > 0:

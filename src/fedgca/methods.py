@@ -38,6 +38,7 @@ class MethodSpec:
     in_paper: bool = True  # one of the paper's seven methods (``compare``'s default set)
     pooled: bool = False  # one model trained on every client's rows together (a reference, not a federation)
     client_term: str | None = None  # what a client adds to L_recon: "proximal" (FedProx's c·||θ − θ^(r)||²)
+    secure: bool = False  # its server receives sums over clients only (SecAgg+): replies, evaluations, selection
 
     @property
     def options(self) -> frozenset:
@@ -90,11 +91,12 @@ register(MethodSpec("dpsgd-fedavg", "DP-SGD-FedAvg", "parameter-sharing", _SHARI
 # Secure aggregation (Flower's SecAgg+): the server learns only the weighted mean of the models (algorithms/secure.py);
 # the white-box attack gets that mean — what the server holds of every client — instead of the victim's model.
 register(MethodSpec("secagg-fedavg", "SecAgg-FedAvg", "parameter-sharing", _SHARING, flower=True, attack="white-box",
-                    server_rule="fedavg", in_paper=False))
+                    server_rule="fedavg", in_paper=False, secure=True))
 register(MethodSpec("secagg-fedprox", "SecAgg-FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"},
-                    flower=True, attack="white-box", server_rule="fedavg", client_term="proximal", in_paper=False))
+                    flower=True, attack="white-box", server_rule="fedavg", client_term="proximal", in_paper=False,
+                    secure=True))
 # GCA whose server never receives a code: EM on securely summed statistics (algorithms/secure_gca.py).
 register(MethodSpec("secagg-gca", "SecAgg-GCA", "gca", _GCA, flower=True, attack=None, paper_phase="recon",
-                    in_paper=False))
+                    in_paper=False, secure=True))
 register(MethodSpec("dpgca", "DP-GCA", "gca", _GCA | _RECORD_DP | {"dp_code_clip", "dp_code_sigma"}, flower=True,
                     attack="latent", paper_phase="recon", record_dp=True, in_paper=False))

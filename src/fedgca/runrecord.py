@@ -14,21 +14,53 @@ import numpy as np
 
 from fedgca import privacy
 from fedgca.evaluation.metrics import mean_error
-from fedgca.evaluation.selection import DETECTION, protocol_results
+from fedgca.evaluation.selection import DETECTION, METRIC_KEYS, protocol_results
+from fedgca.protocol import secagg
 from fedgca.provenance import code_version
 
 
 def metric_row(r: int, phase: str, epoch: int, per_client: dict[str, list], *, paper_phase: str,
-               client_ids: list[int] | None = None) -> dict:
-    """One evaluation: means over clients of each client's figures (``per_client[key]`` lists, client order)."""
+               client_ids: list[int] | None = None, summed: bool = False) -> dict:
+    """One evaluation: means over clients of each client's figures (``per_client[key]`` lists, client order).
+    ``summed`` (a secure method): the means the server reads from the clients' summed row vectors
+    (``summed_metric_row``), computed here from the same vectors; the per-client figures stay the experimenter's."""
     ids = {"client_id": list(client_ids)} if client_ids is not None else {}
+    per = {"per_client": {**ids, **{k: [float(v) for v in per_client[k]] for k in DETECTION}}}
+    if summed:
+        n = len(per_client[DETECTION[0]])
+        values = [{k: _nth(per_client[k], i) for k in METRIC_KEYS} for i in range(n)]
+        part = row_part(phase, epoch)
+        sums = secagg.secure_sum((part,), [{part.name: row_contribution(v)} for v in values], [None] * n,
+                                 secagg.SecAggSettings())
+        return {**summed_metric_row(r, phase, epoch, sums[part.name], paper_phase=paper_phase), **per}
     return {
         "round": r + 1, "phase": phase, "epoch": epoch + 1 if epoch >= 0 else "",
         **{k: float(np.mean(np.asarray(per_client[k], dtype=np.float64))) for k in DETECTION},
         **{k: mean_error(per_client[k]) for k in ("train_error", "val_error")},
         "paper": int(phase == paper_phase),
-        "per_client": {**ids, **{k: [float(v) for v in per_client[k]] for k in DETECTION}},
+        **per,
     }
+
+
+def _nth(values: list, i: int) -> float:
+    return float(values[i] if len(values) > 1 else values[0])  # a one-value list: the same for every client
+
+
+def row_part(phase: str, epoch: int) -> secagg.Part:
+    """A metric row's part of a secure evaluation vector: the row's figures (METRIC_KEYS) with finite flags."""
+    return secagg.Part(f"row/{phase}/{epoch}", len(METRIC_KEYS), exact=True, scale=secagg.METRIC_SCALE, flags=True)
+
+
+def row_contribution(metrics: dict) -> secagg.Contribution:
+    return secagg.Contribution(np.array([float(metrics[k]) for k in METRIC_KEYS]))
+
+
+def summed_metric_row(r: int, phase: str, epoch: int, summed: secagg.Summed, *, paper_phase: str) -> dict:
+    """A metric row from a secure sum: each figure's mean over the clients that sent the row (NaN where one's
+    figure was not finite, as the plain row's mean)."""
+    means = dict(zip(METRIC_KEYS, summed.mean.tolist()))
+    return {"round": r + 1, "phase": phase, "epoch": epoch + 1 if epoch >= 0 else "",
+            **{k: float(means[k]) for k in METRIC_KEYS}, "paper": int(phase == paper_phase)}
 
 
 def client_sites(cfg, dataset) -> list[str] | None:

@@ -103,6 +103,7 @@ class FederatedMethod:
         """``cfg``: the resolved RunConfig; ``kind``: "tabular" | "vision"; ``sizes``: the N_i the method may
         read (every client's on the server side, the node's own on a Flower client)."""
         self.cfg, self.kind, self.sizes = cfg, kind, [int(n) for n in sizes]
+        self.latent_dim: int | None = None  # the width of a code: the server's driver sets it (a summed layout's size)
 
     # ------------------------------------------------------------------ both sides
 

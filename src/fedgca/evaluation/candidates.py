@@ -19,18 +19,23 @@ from fedgca import devices
 from fedgca.evaluation import signals
 from fedgca.evaluation.metrics import detection_metrics, shard_scores, shared_scores
 from fedgca.evaluation.selection import DETECTION
+from fedgca.protocol import secagg
 
 
 class ClientSelection:
     """The choice among the candidates measured so far; ``observe(j)`` measures the models after j rounds."""
 
-    def __init__(self, cfg, clients, val_shards, shared: bool, client_ids: list[int] | None = None):
+    def __init__(self, cfg, clients, val_shards, shared: bool, client_ids: list[int] | None = None,
+                 summed: bool = False):
         """``clients``: the deployed models (a stack, changed in place round by round); ``val_shards``: each
-        client's validation rows; ``client_ids``: whose synthetic anomalies each slot draws (default: its index)."""
+        client's validation rows; ``client_ids``: whose synthetic anomalies each slot draws (default: its index);
+        ``summed`` (a secure method's federation over a shared model): the choice is made from each candidate's
+        secure mean over the clients (``summed_mean``), all a secure server learns of the values."""
         self.cfg, self.clients, self.val_shards, self.shared = cfg, clients, val_shards, shared
         self.client_ids = list(range(val_shards.num_clients)) if client_ids is None else list(client_ids)
         self.signal = signals.signal_of(cfg.selection)
         self.history: list[list[float]] = []  # [candidate][client]
+        self.means: list[float] | None = [] if summed and shared else None  # [candidate]: the secure means
         self.best: dict[str, torch.Tensor] | None = None  # each slot's best model so far
         self._fakes: list[torch.Tensor] | None = None
 
@@ -56,6 +61,8 @@ class ClientSelection:
                 for i in range(val.num_clients)]
 
     def chosen(self) -> list[int]:
+        if self.means is not None:
+            return [summed_choice(self.cfg.selection, self.means)] * len(self.client_ids)
         return _chosen(self.cfg.selection, self.history, self.shared)[1]
 
     @torch.no_grad()
@@ -67,6 +74,8 @@ class ClientSelection:
         n = len(self.client_ids)
         self.history += [[float("nan")] * n for _ in range(candidate - len(self.history))]
         self.history.append(self.measure())
+        if self.means is not None:
+            self.means.append(summed_mean(self.history[-1]))
         params = self.clients.params
         if self.best is None:
             self.best = {k: v.detach().clone() for k, v in params.items()}
@@ -85,18 +94,25 @@ class ClientSelection:
         return self.chosen()
 
     def record(self) -> dict:
+        if self.means is not None:
+            return summed_choice_record(self.cfg.selection, means=self.means)
         return choice_record(self.cfg.selection, self.history, self.shared)
 
     def selected_fields(self) -> dict:
+        if self.means is not None:
+            return summed_choice_fields(self.cfg.selection, self.chosen()[0])
         return choice_fields(self.cfg.selection, self.history, self.shared)
 
     def state_dict(self) -> dict:
         return {"history": [list(map(float, h)) for h in self.history],
-                "best": {k: v.detach().clone() for k, v in (self.best or {}).items()}}
+                "best": {k: v.detach().clone() for k, v in (self.best or {}).items()},
+                **({} if self.means is None else {"means": list(self.means)})}
 
     def load_state_dict(self, state: dict) -> None:
         self.history = [list(map(float, h)) for h in state["history"]]
         self.best = {k: v.clone() for k, v in state["best"].items()} or None
+        if self.means is not None:
+            self.means = [float(v) for v in state["means"]]
 
 
 def _chosen(rule: str, history, shared: bool) -> tuple[str, list[int]]:
@@ -185,3 +201,104 @@ def deployed_summary(per_client: list[dict], fields: dict, record: dict) -> dict
     selected = {**{m: float(np.mean(lists[m])) for m in DETECTION}, "phase": "deployed", "epoch": "",
                 "per_client": lists, **fields}
     return {"selected": selected, "selection": record}
+
+
+# ---------------------------------------------------------------------------- under secure aggregation
+# A secure method's server learns a candidate's values and the deployed detectors' metrics only as sums over the
+# clients (``protocol.secagg``); the simulator computes the same sums, so both drivers choose and report alike.
+
+
+def selection_part(candidate: int) -> secagg.Part:
+    """A candidate's signal value in a secure evaluation vector (one value, its finite flag)."""
+    return secagg.Part(f"selection/{candidate}", 1, exact=True, scale=secagg.METRIC_SCALE, flags=True)
+
+
+DEPLOYED_PART = secagg.Part("deployed", len(DETECTION), exact=True, scale=secagg.METRIC_SCALE, flags=True)
+
+
+def chosen_part(rounds: int) -> secagg.Part:
+    """Each client's chosen candidate as a one-hot row over 0..R: the sum is how many clients chose each round."""
+    return secagg.Part("chosen", rounds + 1, exact=True)
+
+
+def _summed(part: secagg.Part, values: list) -> secagg.Summed:
+    return secagg.secure_sum((part,), [{part.name: secagg.Contribution(np.asarray(v, dtype=np.float64))}
+                                       for v in values], [None] * len(values), secagg.SecAggSettings())[part.name]
+
+
+def summed_mean(values: list[float]) -> float:
+    """The secure mean of the clients' values of one candidate (NaN if one is not finite: never chosen)."""
+    return float(_summed(selection_part(0), [[v] for v in values]).mean[0])
+
+
+def summed_choice(rule: str, means: list[float]) -> int:
+    """The shared model's candidate with the best secure mean (the first best; NaN never)."""
+    return int(signals.choose(np.array(means, dtype=np.float64)[:, None], signals.signal_of(rule), True)[0])
+
+
+def one_hot(candidate: int, rounds: int) -> np.ndarray:
+    v = np.zeros(rounds + 1)
+    v[int(candidate)] = 1.0
+    return v
+
+
+def rounds_histogram(chosen: list[int], rounds: int) -> list[int]:
+    """How many clients chose each candidate 0..R, as a secure server reads it from the one-hot rows' sum."""
+    summed = _summed(chosen_part(rounds), [one_hot(j, rounds) for j in chosen])
+    return [int(round(v * summed.count)) for v in summed.mean]
+
+
+def summed_choice_record(rule: str, *, means: list[float] | None = None, histogram: list[int] | None = None) -> dict:
+    """summary.json's ``selection`` under secure aggregation: the shared model's secure means per candidate, or how
+    many clients chose each candidate (per-client choice) — nothing of any one client."""
+    signal = signals.signal_of(rule)
+    out = {"rule": rule, "signal": signal, "better": "higher" if signals.higher_is_better(signal) else "lower"}
+    if means is not None:
+        chosen = summed_choice(rule, means)
+        return {**out, "scope": "federation (one shared model: the secure mean over clients)", "round": chosen,
+                "means": [float(m) for m in means],
+                "revealed": "each candidate's value summed over the clients (SecAgg+); no client's value"}
+    return {**out, "scope": "per client", "rounds_histogram": list(histogram),
+            "untrained_share": histogram[0] / max(1, sum(histogram)),
+            "revealed": "how many clients chose each candidate (a sum of one-hot rows, SecAgg+); no client's choice"}
+
+
+def summed_choice_fields(rule: str, chosen_round: int | None = None, histogram: list[int] | None = None) -> dict:
+    """summary.json's ``selected`` fields under secure aggregation: the shared round, or the round most clients
+    chose."""
+    signal = signals.signal_of(rule)
+    if histogram is not None:
+        chosen_round = int(np.argmax(histogram))
+    return {"round": int(chosen_round),
+            "rule": f"each client's model (untrained or a round's) with the best {signal} on its validation rows "
+                    f"({'higher' if signals.higher_is_better(signal) else 'lower'} is better); the server learns "
+                    "only sums over clients"}
+
+
+def summed_ensemble_record(rule: str, members: int) -> dict:
+    return {"rule": rule, "members": members,
+            "revealed": "nothing to choose; each client standardises its members on its own validation rows"}
+
+
+def summed_deployed_summary(summed: secagg.Summed, fields: dict, record: dict) -> dict:
+    """``selected`` and ``selection`` from the secure sum of the clients' ``deployed_metrics`` (``DEPLOYED_PART``)."""
+    means = dict(zip(DETECTION, summed.mean.tolist()))
+    return {"selected": {**{m: float(means[m]) for m in DETECTION}, "phase": "deployed", "epoch": "", **fields},
+            "selection": record}
+
+
+def summed_deployed(per_client: list[dict]) -> secagg.Summed:
+    """The simulator's sum of the deployed detectors' metrics, as the secure server reads it."""
+    return _summed(DEPLOYED_PART, [[c[m] for m in DETECTION] for c in per_client])
+
+
+def summed_selection(selection, rounds: int) -> tuple[dict, dict]:
+    """The simulator's ``selected`` fields and ``selection`` record of a secure run: what the secure server reads —
+    the ensemble's size, the shared model's secure means, or the histogram of the clients' choices."""
+    rule = selection.cfg.selection
+    if isinstance(selection, RoundsEnsemble):
+        return ensemble_fields(len(selection.members)), summed_ensemble_record(rule, len(selection.members))
+    if selection.means is not None:
+        return selection.selected_fields(), selection.record()
+    histogram = rounds_histogram(selection.chosen(), rounds)
+    return summed_choice_fields(rule, histogram=histogram), summed_choice_record(rule, histogram=histogram)

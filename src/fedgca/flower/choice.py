@@ -217,6 +217,8 @@ class ServerChoice:
         # --selection client-* over a shared model: the server chooses, from each round's reported values
         self.server_chooses = self.shared and active(cfg) and cfg.selection != ENSEMBLE_ROUNDS
         self.values: list[dict[int, float]] = []  # [candidate] {client id: value}, where the server chooses
+        self.secure = bool(cfg.spec.secure)  # the server learns values and metrics only as sums over the clients
+        self.means: list[float] = []  # [candidate] the summed mean value, where a secure server chooses
         self.best_global = None  # a shared model's chosen candidate so far: (round, arrays)
         self.selected_so_far: int | None = None  # the default rule: the federation's round so far
 
@@ -239,8 +241,9 @@ class ServerChoice:
             self._keep_global(candidate)
 
     def start(self) -> None:
-        """Candidate 0: every client measures its untrained (or the initial global) model."""
-        if not active(self.cfg):
+        """Candidate 0: every client measures its untrained (or the initial global) model (a secure run's clients do
+        it in the first exchange: ``fedgca.flower.secure_rounds``)."""
+        if not active(self.cfg) or self.secure:
             return
         server = self.server
         records = {CONFIG: config_record(self.cfg, round=-1)}
@@ -267,10 +270,23 @@ class ServerChoice:
             self.values.append({cid: float(v.get("selection_value", np.nan)) for cid, v in evals.items()})
             self._keep(r + 1)
 
+    def observe_summed(self, r: int, value: float | None) -> None:
+        """A secure run: round ``r``'s evaluation has arrived as sums (r = −1: candidate 0), with the candidate's
+        summed mean value where the server chooses."""
+        if not active(self.cfg):
+            if r >= 0:
+                self.observe(r, {})
+        elif self.server_chooses:
+            self.means.append(np.nan if value is None else float(value))
+            if candidates.summed_choice(self.cfg.selection, self.means) == r + 1:
+                self._keep_global(r + 1)
+
     def deploy(self) -> dict:
         """query.deploy to every client; under --selection, summary.json's ``selected`` and ``selection`` from the
         replies (the default rule's come from the metric rows)."""
         server, cfg = self.server, self.cfg
+        if self.secure and active(cfg):
+            return self._deploy_summed()
         if not active(cfg):  # the federation's round (the final one without a validation split)
             if self.shared and self.best_global is None:
                 self._keep_global(cfg.rounds)
@@ -305,6 +321,40 @@ class ServerChoice:
             record = candidates.choice_record(cfg.selection, history, self.shared)
             fields = candidates.choice_fields(cfg.selection, history, self.shared)
         return candidates.deployed_summary(per_client, fields, record)
+
+
+    def _deploy_summed(self) -> dict:
+        """A secure run's deployment under --selection: one summed exchange; the server reads the detectors' mean
+        metrics and, where each client chooses, how many chose each candidate."""
+        from fedgca.flower.secagg import DEPLOYED
+        from fedgca.flower.secagg_server import summed_exchange
+        from fedgca.protocol import secagg
+
+        server, cfg = self.server, self.cfg
+        rule, rounds = cfg.selection, cfg.rounds
+        per_client_choice = not self.shared and rule != ENSEMBLE_ROUNDS
+        layout = (candidates.DEPLOYED_PART, *([candidates.chosen_part(rounds)] if per_client_choice else []))
+        chosen = None if self.best_global is None else self.best_global[0]
+        payload = {} if self.best_global is None else {f"{DEPLOYED}/{k}": v for k, v in self.best_global[1].items()}
+        instructions = {c.client_id: {"round": rounds, "deploy": True} for c in server.clients}
+        config = dict(config_record(cfg, round=rounds, **({} if chosen is None else {CHOSEN: int(chosen)})))
+        sums, summed, _, _ = summed_exchange(server, rounds, server.clients, payload, config, instructions, layout,
+                                             secagg.SecAggSettings())
+        if sums is None:
+            log.warning("the deployed detectors' summed metrics did not arrive (fewer clients than the threshold)")
+            return {}
+        parts = secagg.decode(layout, sums, len(summed), secagg.SecAggSettings())
+        if rule == ENSEMBLE_ROUNDS:
+            fields, record = candidates.ensemble_fields(rounds + 1), candidates.summed_ensemble_record(rule, rounds + 1)
+        elif self.shared:
+            fields = candidates.summed_choice_fields(rule, int(chosen))
+            record = candidates.summed_choice_record(rule, means=self.means)
+        else:
+            chosen_sum = parts["chosen"]
+            histogram = [int(round(v * chosen_sum.count)) for v in chosen_sum.mean]
+            fields = candidates.summed_choice_fields(rule, histogram=histogram)
+            record = candidates.summed_choice_record(rule, histogram=histogram)
+        return candidates.summed_deployed_summary(parts[candidates.DEPLOYED_PART.name], fields, record)
 
 
 def _by_candidate(per_client: list[list], missing) -> list[list]:

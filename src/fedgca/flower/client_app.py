@@ -29,13 +29,15 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedgca import devices, privacy
-from fedgca.algorithms import ClientWork, later_step_names, method_for
+from fedgca.algorithms import ClientWork, later_step_names, method_for, secure_rounds
+from fedgca.algorithms.secure import rounding
 from fedgca.config import evaluated_clients
 from fedgca.data.encoding import released_stats
+from fedgca.evaluation import candidates
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
 from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.evaluation.threshold import quantile_threshold
-from fedgca.flower import choice, owndata
+from fedgca.flower import choice, masks, owndata
 from fedgca.flower import data as node_data
 from fedgca.flower.nodestate import persist_state
 from fedgca.flower.records import (
@@ -45,6 +47,7 @@ from fedgca.flower.records import (
     INFO,
     METRICS,
     SETUP,
+    STATE_CONTRIBUTED,
     STATE_EVALS,
     STATE_MODEL,
     STATE_SETUP,
@@ -60,6 +63,7 @@ from fedgca.flower.records import (
     step_of_message,
 )
 from fedgca.flower.secagg import (
+    DEPLOYED,
     LEGACY_CONFIG,
     legacy_reply,
     legacy_step,
@@ -67,6 +71,7 @@ from fedgca.flower.secagg import (
 )
 from fedgca.models import init_model
 from fedgca.protocol import secagg
+from fedgca.runrecord import row_contribution, row_part
 from fedgca.threads import DEFAULT_TORCH_THREADS
 from fedgca.training.loop import ClientShards
 from fedgca.training.stacked import AdamConfig, StackedModels
@@ -173,7 +178,7 @@ def info(msg: Message, context: Context) -> Message:
     nc = dict(context.node_config)
     source = node_data.source_of(nc)
     cid = node_data.client_id_of(nc, context.node_id)
-    values = {"client-id": cid, "source": source}
+    values = {"client-id": cid, "source": source, "secagg-masks": _mask_generator()}
     if source == "csv" and STATE_SETUP not in context.state.config_records:
         schema, _ = node_data.csv_encoded_training_rows(run_config_from_record(msg.content[CONFIG]), nc, cid)
         values.update({"schema-digest": schema.digest(), "schema": json.dumps(schema.to_dict()), "ready": False})
@@ -183,6 +188,14 @@ def info(msg: Message, context: Context) -> Message:
                        "num-partitions": int(node.num_partitions), "schema-digest": node.schema_digest,
                        "has-test-set": node.test_x is not None, "ready": True})
     return _reply(msg, **{INFO: ConfigRecord(values)})
+
+
+def _mask_generator() -> str:
+    """The generator this node's SecAgg+ would mask with (fedgca's, once in force), or why not."""
+    try:
+        return masks.in_force()
+    except masks.MaskGeneratorError as e:
+        return f"unavailable: {e}"
 
 
 @app.query("stats")
@@ -218,35 +231,26 @@ def _method(cfg, node):
 def train(msg: Message, context: Context) -> Message:
     """One step of the run's method (``fedgca.algorithms``) on this client: the server's payload in, the step's
     reply out — nothing else leaves the node. The last step of a method whose clients deploy their own models
-    carries this round's evaluation (a GCA round is two exchanges, not three)."""
-    legacy = LEGACY_CONFIG in msg.content.config_records  # SecAgg+'s collect stage: FitIns in, FitRes out
-    cfgrec, payload = legacy_step(msg.content) if legacy else (msg.content[CONFIG], None)
-    cfg, node = _node(msg, context, cfgrec)
+    carries this round's evaluation (a GCA round is two exchanges, not three). A secure method's exchange (SecAgg+'s
+    collect stage) is ``secure_exchange``."""
+    if LEGACY_CONFIG in msg.content.config_records:
+        return secure_exchange(msg, context)
+    cfg, node = _node(msg, context)
     method = _method(cfg, node)
-    # SecAgg+ sends every summed step as "train": the step is named in its config
-    step = method.step_named(cfgrec["step"]) if legacy else step_of_message(method, msg.metadata.message_type)
-    r = int(cfgrec["round"])
+    step = step_of_message(method, msg.metadata.message_type)
+    r = _round(msg)
     clients = _clients(context, cfg, node)
     evals = _pending(context, r) if step != method.steps[0] else {"round": r}
-
-    def evaluate(phase: str, epoch: int) -> None:
-        if evaluated_clients(cfg, phase) not in (None, (node.client_id,)):
-            return  # this phase evaluates another client alone
-        evals.setdefault(phase, []).append(_metrics(clients, node, cfg))
-
     received = None
     if step.sends:  # writable copies: the method trains on them
-        received = payload if legacy else numpy_dict(msg.content[step.sends])
-        received = {k: np.array(v, copy=True) for k, v in received.items()}
-    work = ClientWork(cfg, clients, _shards(node, cfg), ONE, [node.client_id], evaluate)
+        received = {k: np.array(v, copy=True) for k, v in numpy_dict(msg.content[step.sends]).items()}
+    work = ClientWork(cfg, clients, _shards(node, cfg), ONE, [node.client_id], _recorder(cfg, node, clients, evals))
     replies = method.client(step, r, work, received)
     if not replies:
         raise RuntimeError(f"client {node.client_id} refused to send its {step.name} reply (not finite)")
     reply = replies[0]
     _save(context, clients)
     context.state[STATE_EVALS] = json_record(evals)
-    if step.summed:  # only secaggplus_mod sees it, and sends it masked
-        return legacy_reply(msg, reply.arrays, reply.metrics, secagg.rounding_seed(cfg.seed, r, node.client_id))
     records = {}
     if step.reply:
         records[step.reply] = array_record(reply.arrays)
@@ -254,8 +258,112 @@ def train(msg: Message, context: Context) -> Message:
         records[METRICS] = MetricRecord(reply.metrics)
     if step == method.steps[-1] and not method.deploys_global:
         records[EVALUATION] = MetricRecord(_evaluation(clients, node, cfg, evals, method, context, r,
-                                                       cfgrec.get(choice.SELECTED)))
+                                                       msg.content[CONFIG].get(choice.SELECTED)))
     return _reply(msg, **records)
+
+
+def _recorder(cfg, node, clients, evals: dict):
+    """``work.evaluate``: this client's metrics at a method's evaluation point, kept in ``evals``."""
+    def evaluate(phase: str, epoch: int) -> None:
+        if evaluated_clients(cfg, phase) not in (None, (node.client_id,)):
+            return  # this phase evaluates another client alone
+        evals.setdefault(phase, []).append(_metrics(clients, node, cfg))
+
+    return evaluate
+
+
+def _payload(payload: dict, prefix: str) -> dict:
+    """The arrays of one payload prefix (a step's name, or ``deployed``), writable: the method trains on them."""
+    return {k.split("/", 1)[1]: np.array(v, copy=True) for k, v in payload.items() if k.startswith(prefix + "/")}
+
+
+def secure_exchange(msg: Message, context: Context) -> Message:
+    """A secure method's exchange (``fedgca.flower.secure_rounds``): this client runs what the server's instructions
+    say — the previous round's later steps (if it contributed to that round's sum), its evaluation of the previous
+    round (or of its untrained model), this round's summed step, or the deployment — and answers with ONE vector in
+    the server's layout, which ``secaggplus_mod`` masks: nothing of this client reaches the server alone."""
+    config, todo, payload = legacy_step(msg.content)
+    cfgrec = ConfigRecord(config)
+    cfg, node = _node(msg, context, cfgrec)
+    method = _method(cfg, node)
+    layout = tuple(secagg.Part.from_dict(p) for p in todo["layout"])
+    clients = _clients(context, cfg, node)
+    r, cid = int(todo["round"]), node.client_id
+    shards = _shards(node, cfg)
+    parts: dict = {}
+    if todo.get("deploy"):
+        parts = _secure_deploy(msg, context, cfg, node, payload, cfgrec)
+    done = todo.get("deferred")
+    if done and context.state.config_records.get(STATE_CONTRIBUTED, {}).get("round") == done["round"]:
+        evals = _pending(context, done["round"])  # the previous round's later steps (GCA: its alignment)
+        for name in done["steps"]:
+            work = ClientWork(cfg, clients, shards, ONE, [cid], _recorder(cfg, node, clients, evals))
+            method.client(method.step_named(name), done["round"], work, _payload(payload, name))
+        context.state[STATE_EVALS] = json_record(evals)
+    if todo.get("candidate") is not None:  # the previous round's evaluation makes this candidate
+        evaluated = _secure_evaluated(clients, cfg, node, method, payload, todo.get("step"))
+        prev = todo.get("evaluate")
+        if prev is None:  # candidate 0: the untrained model
+            values = choice.observe(context, cfg, node, evaluated, 0, choice.shared(cfg, method))
+        else:
+            values = _evaluation(evaluated, node, cfg, _pending(context, prev), method, context, prev,
+                                 cfgrec.get(choice.SELECTED))
+        parts.update(_evaluation_parts(values, method, int(todo["candidate"]), prev is not None))
+    if todo.get("step"):  # this round's summed step
+        method.secure_settings(float(todo["weight-scale"]))  # W: the federation's largest weight, from the server
+        step, evals = method.step_named(todo["step"]), {"round": r}
+        work = ClientWork(cfg, clients, shards, ONE, [cid], _recorder(cfg, node, clients, evals))
+        replies = method.client(step, r, work, _payload(payload, step.name))
+        mine = method.contributions(step, replies[0]) if replies else {}
+        parts.update(mine)
+        context.state[STATE_CONTRIBUTED] = ConfigRecord({"round": r if mine else -1})
+        context.state[STATE_EVALS] = json_record(evals)
+    _save(context, clients)
+    levels = secagg.encode(layout, parts, method.secagg, rounding(cfg.seed, r, cid))
+    return legacy_reply(msg, levels, method.secagg)
+
+
+def _secure_evaluated(own: StackedModels, cfg, node, method, payload: dict, step: str | None) -> StackedModels:
+    """The model a secure exchange evaluates: the server's (this round's step payload, or the deployed model after
+    the last round), or this client's own (``own``: after the previous round's later steps)."""
+    if not method.deploys_global:
+        return own
+    arrays = _payload(payload, step) if step else {}
+    arrays = arrays or _payload(payload, DEPLOYED)
+    clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
+    clients.set_all(model_state(arrays))
+    return clients
+
+
+def _evaluation_parts(values: dict, method, candidate: int, rows: bool) -> dict:
+    """A client's evaluation as the parts of the secure vector: each metric row of the round (an evaluation point it
+    missed: its round's figures, as the plain server fills it) and the candidate's signal value."""
+    out = {}
+    if rows:
+        final = {k: values[k.replace("_", "-")] for k in METRIC_KEYS}
+        for phase, e in secure_rounds.evaluation_rows(method):
+            listed = values.get(f"{phase}-accuracy", [])
+            m = final if phase == "round" or len(listed) <= e else \
+                {k: values[f"{phase}-{k.replace('_', '-')}"][e] for k in METRIC_KEYS}
+            out[row_part(phase, e).name] = row_contribution(m)
+    if choice.VALUE in values:
+        out[candidates.selection_part(candidate).name] = secagg.Contribution(np.array([values[choice.VALUE]]))
+    return out
+
+
+def _secure_deploy(msg, context, cfg, node, payload: dict, cfgrec) -> dict:
+    """A secure run's deployment under --selection: this client's detector, and its metrics and choice as parts."""
+    chosen = cfgrec.get(choice.CHOSEN)
+    arrays = _payload(payload, DEPLOYED)
+    clients = _clients(context, cfg, node)
+    if arrays:
+        clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
+        clients.set_all(model_state(arrays))
+    pre, schema = _deploy_encoding(context, cfg)
+    out = choice.deploy(context, cfg, node, clients, init_model(cfg.seed, node.input_shape, node.client_id),
+                        None if chosen is None else int(chosen), bool(arrays), pre, schema)
+    return {candidates.DEPLOYED_PART.name: secagg.Contribution(np.array([out[m] for m in DETECTION])),
+            "chosen": secagg.Contribution(candidates.one_hot(out["round"], cfg.rounds))}
 
 
 app.train()(train)
@@ -325,17 +433,22 @@ def candidate(msg: Message, context: Context) -> Message:
 def deploy(msg: Message, context: Context) -> Message:
     """The end of a run: deploy this client's choice (or the server's chosen model, or the ensemble of rounds, or the
     federation's round) as a detector, written under the node's ``detector-dir``; reply the round and, under
-    ``--selection``, the detector's metrics on the test rows and the selection's record."""
+    ``--selection``, the detector's metrics on the test rows and the selection's record (a secure run: nothing —
+    its --selection deployment is a summed exchange, ``secure_exchange``)."""
     cfg, node = _node(msg, context)
     chosen = msg.content[CONFIG].get(choice.CHOSEN)
     if not choice.active(cfg) and not context.node_config.get(choice.DETECTOR_DIR):
-        return _reply(msg, **{METRICS: MetricRecord({"round": int(chosen)})})  # nothing to write on this node
+        return _reply(msg, **{METRICS: MetricRecord({} if cfg.spec.secure else {"round": int(chosen)})})
     clients = _global_or_own(msg, context, cfg, node)
-    nc = dict(context.node_config)
-    if node_data.source_of(nc) == "csv":  # the detector reads raw records as the node's rows were read
-        pre, schema = _own_preprocessor(context), node_data.csv_frame(nc)[0]
-    else:
-        pre, schema = node_data.builtin_encoding(cfg, nc)
+    pre, schema = _deploy_encoding(context, cfg)
     out = choice.deploy(context, cfg, node, clients, init_model(cfg.seed, node.input_shape, node.client_id),
                         None if chosen is None else int(chosen), ARRAYS in msg.content, pre, schema)
-    return _reply(msg, **{METRICS: MetricRecord(out)})
+    return _reply(msg, **{METRICS: MetricRecord({} if cfg.spec.secure else out)})
+
+
+def _deploy_encoding(context: Context, cfg):
+    """The detector reads raw records as this node's rows were read: (preprocessor, schema)."""
+    nc = dict(context.node_config)
+    if node_data.source_of(nc) == "csv":
+        return _own_preprocessor(context), node_data.csv_frame(nc)[0]
+    return node_data.builtin_encoding(cfg, nc)

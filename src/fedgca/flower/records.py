@@ -47,6 +47,7 @@ EVALUATION = "evaluation"  # a client's evaluation carried by its last step's re
 STATE_MODEL = "fedgca.model"
 STATE_EVALS = "fedgca.evals"
 STATE_SETUP = "fedgca.setup"
+STATE_CONTRIBUTED = "fedgca.secagg.contributed"  # a secure client: the round whose sum it last contributed to
 
 
 # ---------------------------------------------------------------------------- steps

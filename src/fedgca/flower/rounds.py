@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from flwr.serverapp import Grid
 
 from fedgca import methods, privacy, rundir, runrecord
-from fedgca.algorithms import Reply, method_for
-from fedgca.algorithms.base import SUMMED
+from fedgca.algorithms import method_for
 from fedgca.config import RunConfig
 from fedgca.flower.choice import ServerChoice
 from fedgca.flower.config import FlowerOptions
@@ -29,10 +28,9 @@ from fedgca.flower.records import (
     payload_bytes,
     step_message_type,
 )
-from fedgca.flower.secagg_server import summed_exchange
+from fedgca.flower.secure_rounds import require_masks, run_secure_rounds
 from fedgca.flower.server import FlowerServer
 from fedgca.flower.validation import decode_reply
-from fedgca.protocol import secagg
 from fedgca.protocol.gca import UploadError
 
 log = logging.getLogger("fedgca.flower")
@@ -84,34 +82,22 @@ def _exchange_step(server: FlowerServer, method, rnd: _Round, step, dz: int) -> 
     return accepted
 
 
-def _summed_step(server: FlowerServer, method, rnd: _Round, step, dz: int) -> dict:
-    """A summed step over SecAgg+: the server receives masked vectors and their mean, no client's reply; returns
-    {SUMMED: the mean}, or nothing when fewer clients than the protocol's threshold remained."""
-    sent = method.send(step, rnd.r)
-    mean, summed, lost, stages = summed_exchange(server, rnd.r, rnd.targets, sent,
-                                                 {**dict(rnd.cfgrec), "step": step.name}, method.secagg)
-    rnd.failures.update(lost)
-    rnd.comm["bytes_down"] += len(rnd.targets) * Reply(sent).nbytes
-    rnd.comm["bytes_up"] += (len(summed) * secagg.masked_bytes(mean)) if mean is not None else 0  # reply-shaped
-    rnd.comm["uploads"] += method.uploads(step, dict.fromkeys(summed))  # the method's count: models, not codes
-    rnd.exchanges += stages
-    rnd.targets = [c for c in rnd.targets if c.client_id in summed]
-    if mean is None:
-        log.warning("round %d %s: secure aggregation did not complete (fewer clients than its threshold)",
-                    rnd.r + 1, step.name)
-        return {}
-    return {SUMMED: Reply(mean, {"summed": summed})}
-
-
 def run_rounds(server: FlowerServer) -> dict:
     """Every round of the run's method; returns the method's summary blocks."""
     sizes = [c.num_examples for c in server.clients]
     cfg = privacy.message_config(server.cfg, sizes)  # a calibrated DP σ written out for the clients
     method = method_for(cfg, server.kind, sizes)
+    dz = method.latent_dim = int(server.template.latent_dim)
+    note = method.size_note(sizes)  # it may refuse the federation (a secure method: fewer than 2 a round)
+    if note:
+        log.warning("%s", note)
     method.start(server.template.state_dict(), len(server.clients))
-    dz = int(server.template.latent_dim)
     selection = ServerChoice(server, cfg, method)  # the deployed models: --selection's, or the federation's round
     selection.start()
+    if cfg.spec.secure:  # one SecAgg+ aggregation a round, nothing per client in the clear
+        require_masks(server.clients)
+        run_secure_rounds(server, cfg, method, selection)
+        return {**(method.summary_extra() or {}), **selection.deploy()}
     for r in range(cfg.rounds):
         t0 = time.perf_counter()
         part = server.participants(r)
@@ -119,7 +105,7 @@ def run_rounds(server: FlowerServer) -> dict:
         rnd = _Round(r, config_record(cfg, round=r, **server.round_extra), part)
         for step in method.steps:
             ts = time.perf_counter()
-            accepted = (_summed_step if step.summed else _exchange_step)(server, method, rnd, step, dz)
+            accepted = _exchange_step(server, method, rnd, step, dz)
             rnd.accepted[step.name] = sorted(c.client_id for c in rnd.targets)
             if accepted:
                 method.aggregate(step, r, accepted)

@@ -1,15 +1,16 @@
-"""A summed step on the Flower ServerApp: Flower's own SecAgg+ (``SecAggPlusWorkflow``) carries the clients'
-replies, and the ServerApp receives only masked vectors and their unmasked mean.
+"""A secure exchange on the Flower ServerApp: Flower's own SecAgg+ (``SecAggPlusWorkflow``) carries the clients'
+vectors, and the ServerApp receives only masked vectors and their sum.
 
-The workflow is Flower's legacy-strategy one: it asks a strategy which clients to train (``_Summed`` answers with
-the step's clients and payload as legacy ``FitIns``) and hands the strategy the mean at the end. Its four stages
-(setup, share keys, collect masked vectors, unmask) travel through ``FlowerServer.exchange``, so every message is
-recorded (messages.jsonl) and a node that does not answer in time is dropped; the protocol recovers the masks of
-clients that dropped after sharing their keys while ``reconstruction_threshold`` shares remain.
+The workflow is Flower's legacy-strategy one: it asks a strategy which clients to train (``_Summed`` answers with the
+exchange's clients, each with its own instructions, and the payload as legacy ``FitIns``) and hands the strategy the
+unmasked mean at the end, from which the exact integer sum is read back (``protocol.secagg.recover_sums``). Its
+four stages (setup, share keys, collect masked vectors, unmask) travel through ``FlowerServer.exchange``, so every
+message is recorded (messages.jsonl) and a node that does not answer in time is dropped; the protocol recovers the
+masks of clients that dropped after sharing their keys while ``reconstruction_threshold`` shares remain. fedgca's
+mask generator is put in force (and checked) before the first stage.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 
@@ -25,28 +26,27 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedgca.devices import as_numpy
-from fedgca.flower.secagg import CONFIG_JSON, NAMES, SECAGG
+from fedgca.flower import masks
+from fedgca.flower.secagg import CONFIG_JSON, EXCHANGE, NAMES, SECAGG
 from fedgca.protocol import secagg
 
 log = logging.getLogger("fedgca.flower")
 
 
 class _Summed(Strategy):
-    """The legacy strategy SecAggPlusWorkflow asks: the step's clients and payload; it keeps the mean."""
+    """The legacy strategy SecAggPlusWorkflow asks: the exchange's clients, each its FitIns; it keeps the mean."""
 
-    def __init__(self, proxies, payload: list[np.ndarray], config: dict):
-        self.proxies, self.payload, self.config = proxies, payload, config
-        self.mean, self.summed_nodes, self.names = None, [], []
+    def __init__(self, fitins: dict):
+        self.fitins = fitins  # proxy → FitIns
+        self.mean, self.summed_nodes = None, []
 
     def configure_fit(self, server_round, parameters, client_manager):
-        fitins = FitIns(ndarrays_to_parameters(self.payload), dict(self.config))
-        return [(p, fitins) for p in self.proxies]
+        return list(self.fitins.items())
 
     def aggregate_fit(self, server_round, results, failures):
         self.summed_nodes = [proxy.node_id for proxy, _ in results]
         if results:  # the workflow put the unmasked mean in every result's parameters
             self.mean = parameters_to_ndarrays(results[0][1].parameters)
-            self.names = json.loads(results[0][1].metrics[NAMES])
         return None, {}
 
     # the workflow calls nothing else of a strategy
@@ -68,7 +68,7 @@ class _RecordedGrid:
 
     def __init__(self, server, r: int):
         self.server, self.r = server, r
-        self.failures: dict[int, str] = {}  # node → why it left the round (an error, no reply in time)
+        self.failures: dict[int, str] = {}  # node → why it left the exchange (an error, no reply in time)
         self.exchanges = 0  # the protocol's stages that went out
 
     def send_and_receive(self, messages, *, timeout=None):
@@ -80,25 +80,31 @@ class _RecordedGrid:
         return list(replies.values())
 
 
-def summed_exchange(server, r: int, targets, payload: dict, config: dict, s: secagg.SecAggSettings):
-    """Run SecAgg+ over ``targets`` (registered clients) for round ``r``: the step's payload and config go out as
-    legacy FitIns; returns the mean reply arrays (float64, by the names the clients sent) or None (fewer
-    clients than the threshold remained), the client ids summed, {node: why} for the nodes that left, and the
-    number of exchanges (the protocol's stages: 4 when it completes)."""
+def summed_exchange(server, r: int, targets, payload: dict, config: dict, instructions: dict, layout,
+                    s: secagg.SecAggSettings):
+    """Run SecAgg+ over ``targets`` (registered clients) for round ``r``: the payload, the round's ``config`` and each
+    client's ``instructions`` (client id → dict, with the vector's ``layout``) go out as legacy FitIns. Returns the
+    exact integer sum of the vectors (None: fewer than 2 clients to sum, or fewer than the threshold remained), the
+    client ids summed, {node: why} for the nodes that left, and the number of exchanges (4 when it completes)."""
+    if len(targets) < secagg.MIN_CONTRIBUTIONS:  # Flower's setup refuses it too: send nothing at all
+        return None, [], {}, 0
+    masks.in_force()
     run_id = server.grid.run.run_id
-    proxies = [GridClientProxy(c.node_id, server.grid, run_id) for c in targets]
-    # legacy FitIns configs hold scalars only: the step's config record and the payload's names as JSON
-    strategy = _Summed(proxies, [as_numpy(v) for v in payload.values()],
-                       {CONFIG_JSON: json.dumps(config), NAMES: json.dumps(list(payload))})
+    params = ndarrays_to_parameters([as_numpy(v) for v in payload.values()])
+    shared = {CONFIG_JSON: json.dumps(config), NAMES: json.dumps(list(payload))}
+    strategy = _Summed({GridClientProxy(c.node_id, server.grid, run_id):
+                        FitIns(params, {**shared, EXCHANGE: json.dumps({**instructions[c.client_id],
+                                                                        "layout": [p.to_dict() for p in layout]})})
+                        for c in targets})
     context = LegacyContext(Context(run_id=run_id, node_id=0, node_config={}, state=RecordDict(), run_config={}),
                             strategy=strategy)
     context.state[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: r + 1})
     context.state[MAIN_PARAMS_RECORD] = ArrayRecord()
-    workflow = SecAggPlusWorkflow(**dataclasses.asdict(s), timeout=server.opts.reply_timeout)  # Flower's names
+    workflow = SecAggPlusWorkflow(**s.flower(), timeout=server.opts.reply_timeout)
     grid = _RecordedGrid(server, r)
     workflow(grid, context)
     summed = sorted(c.client_id for c in targets if c.node_id in strategy.summed_nodes)
-    mean = None if strategy.mean is None else dict(zip(strategy.names, strategy.mean))
-    return mean, summed, grid.failures, grid.exchanges
-
-
+    if strategy.mean is None:
+        return None, summed, grid.failures, grid.exchanges
+    sums = secagg.recover_sums(np.concatenate([np.asarray(a).ravel() for a in strategy.mean]), len(summed), s)
+    return sums, summed, grid.failures, grid.exchanges

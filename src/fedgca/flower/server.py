@@ -60,6 +60,7 @@ class Client:
     num_examples: int
     input_shape: tuple[int, ...]
     has_val: bool = False
+    masks: str = ""  # the SecAgg+ mask generator the node announced (fedgca.flower.masks)
 
 
 class FlowerServer:
@@ -175,7 +176,8 @@ class FlowerServer:
                 log.warning("node %d claims client id %d, already taken by node %d: ignored", node, cid,
                             clients[cid].node_id)
                 continue
-            clients[cid] = Client(node, cid, int(i["num-examples"]), tuple(int(s) for s in i["input-shape"]))
+            clients[cid] = Client(node, cid, int(i["num-examples"]), tuple(int(s) for s in i["input-shape"]),
+                                  masks=str(i.get("secagg-masks", "")))
         shapes = {c.input_shape for c in clients.values()}
         if len(shapes) != 1:
             raise RuntimeError(f"clients disagree on the input shape: {sorted(shapes)}")

@@ -17,12 +17,12 @@ import torch
 
 from fedgca import devices
 from fedgca.algorithms import ClientWork, FederatedMethod, method_for
+from fedgca.algorithms import secure_rounds
 from fedgca.algorithms.base import SUMMED, arrays_nbytes
 from fedgca.detector import client_detectors, save_client_detectors
 from fedgca.evaluation.candidates import ClientSelection, RoundsEnsemble
 from fedgca.evaluation.selection import validation_selected
 from fedgca.evaluation.signals import ENSEMBLE_ROUNDS, FEDERATION_VAL_ERROR
-from fedgca.protocol import secagg
 from fedgca.protocol.gca import UploadError
 from fedgca.rundir import CHECKPOINT, RunFileError
 from fedgca.simulation import evaluation
@@ -55,6 +55,7 @@ class Simulation:
         # a pooled method trains one model on every client's rows; its τ and validation error on all of them
         self.shards, self.val_shards = _pooled(fed) if fed.cfg.spec.pooled else (fed.shards, fed.val_shards)
         self.method = method or method_for(fed.cfg, fed.dataset.kind, fed.shards.sizes)
+        self.method.latent_dim = fed.latent_dim
         self.size_note = self.method.size_note(fed.shards.sizes)  # before any file: it may refuse the run
         self.method.start(fed.clients.client_state_dict(0), fed.num_clients)
         if self.method.deploys_global:
@@ -68,7 +69,8 @@ class Simulation:
             self.selection = RoundsEnsemble(fed.cfg, fed.clients, self.val_shards)
         elif fed.val_shards is not None and fed.cfg.selection != FEDERATION_VAL_ERROR:
             self.selection = ClientSelection(fed.cfg, fed.clients, self.val_shards,
-                                             shared=self.method.deploys_global or fed.cfg.spec.pooled)
+                                             shared=self.method.deploys_global or fed.cfg.spec.pooled,
+                                             summed=fed.cfg.spec.secure)
         self.rows: list[dict] = []
         self.comm: list[dict] = []
         self.start_round, self.wall_before = 0, 0.0
@@ -101,32 +103,58 @@ class Simulation:
         ids = list(range(self.shards.num_clients))
         targets = part.clone()
         record = {"bytes_up": 0, "bytes_down": 0, "uploads": 0}
+        secure = fed.cfg.spec.secure
         for step in method.steps:
             sent = method.send(step, r)
-            if sent is not None:
+            if secure:  # a step after the summed one travels with the next exchange, to every client
+                traffic = secure_rounds.step_traffic(method, step, r, sent, self._addressed(r), fed.num_clients)
+                record["bytes_down"] += traffic[0]
+                record["bytes_up"] += traffic[1]
+            elif sent is not None:
                 record["bytes_down"] += int(targets.sum()) * arrays_nbytes(sent)
             work = ClientWork(fed.cfg, fed.clients, self.shards, targets, ids, evaluate)
-            accepted = {}
-            for slot, reply in method.client(step, r, work, sent).items():
-                try:
-                    accepted[slot] = method.check(step, reply, int(self.shards.sizes[slot]), fed.latent_dim)
-                except UploadError as e:  # a client's own computation can diverge (NaN): rejected, as on Flower
-                    log.warning("round %d %s: rejected the reply of client %d: %s", r + 1, step.name, slot, e)
-            # a summed step's reply travels as its masked vector (int64), the others as they are
-            record["bytes_up"] += sum(secagg.masked_bytes(a.arrays) if step.summed else arrays_nbytes(a.arrays)
-                                      for a in accepted.values())
-            record["uploads"] += method.uploads(step, accepted)
-            if not accepted:
-                log.warning("round %d %s: no valid reply; the rest of the round is skipped", r + 1, step.name)
-                break
-            # a summed step: the server gets what SecAgg+ returns, the clients' weighted mean, and no reply alone
-            method.aggregate(step, r, {SUMMED: method.summed_reply(r, accepted)} if step.summed else accepted)
+            replies = method.client(step, r, work, sent)
+            if step.summed:  # the server gets the sums SecAgg+ returns, no reply alone; the same refusal as Flower
+                accepted = {i: rep for i, rep in replies.items() if method.contributions(step, rep)}
+                reply = method.summed_reply(step, r, accepted) if accepted else None
+                record["uploads"] += method.uploads(step, accepted)
+                if reply is None:
+                    if not accepted:
+                        log.warning("round %d %s: no valid reply; the rest of the round is skipped", r + 1, step.name)
+                    break
+                method.aggregate(step, r, {SUMMED: reply})
+            else:
+                accepted = {}
+                for slot, reply in replies.items():
+                    try:
+                        accepted[slot] = method.check(step, reply, int(self.shards.sizes[slot]), fed.latent_dim)
+                    except UploadError as e:  # a client's own computation can diverge (NaN): rejected, as on Flower
+                        log.warning("round %d %s: rejected the reply of client %d: %s", r + 1, step.name, slot, e)
+                if not secure:
+                    record["bytes_up"] += sum(arrays_nbytes(a.arrays) for a in accepted.values())
+                record["uploads"] += method.uploads(step, accepted)
+                if not accepted:
+                    log.warning("round %d %s: no valid reply; the rest of the round is skipped", r + 1, step.name)
+                    break
+                method.aggregate(step, r, accepted)
             targets = torch.zeros_like(targets)
             targets[sorted(accepted)] = True
+        if secure:  # the round's evaluation travels summed, from every client, with the next exchange
+            down, up = secure_rounds.evaluation_traffic(method, fed.cfg, r, fed.num_clients)
+            record["bytes_down"] += down
+            record["bytes_up"] += up
         if method.deploys_global:
             fed.clients.set_all(method.deployed())  # every client evaluates/deploys the server's model
         return {"round": r, **record, "participants": [int(i) for i in torch.nonzero(part).flatten()],
                 **method.round_record()}
+
+    def _addressed(self, r: int) -> int:
+        """How many clients a secure round's summed exchange reaches: the round's participants and every client
+        that owes the previous round's evaluation (all of them after round 0; in round 0, under --selection)."""
+        fed = self.fed
+        if secure_rounds.owes_evaluation(fed.cfg, self.method, r):
+            return fed.num_clients
+        return int(fed.participants(r).sum())
 
     def rounds(self, progress=None):
         """Play the remaining rounds; after each, yield the checkpoint's content (``progress(r, phase, epoch)`` is

@@ -49,7 +49,8 @@ def metric_row(d: Deployed, r: int, phase: str, epoch: int) -> dict:
             for k, v in res["per_client"].items():
                 per_client.setdefault(k, []).append(v[0])
     per_client["val_error"] = [float(s.mean()) for s in val] if val is not None else [float("nan")]
-    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=cfg.paper_phase, client_ids=ids)
+    return runrecord.metric_row(r, phase, epoch, per_client, paper_phase=cfg.paper_phase, client_ids=ids,
+                                summed=cfg.spec.secure)
 
 
 def record(d: Deployed, r: int, rows: list[dict], progress, phase: str, epoch: int) -> None:
@@ -73,4 +74,7 @@ def deployed(fed, detectors, selection) -> dict:
     for i, det in enumerate(detectors):
         x, y = fed.client_tests[i] if fed.client_tests is not None else (fed.test_x, fed.dataset.test_y)
         per_client.append(candidates.deployed_metrics(det.decision_function(devices.to_numpy(x)), y, det.threshold_))
+    if fed.cfg.spec.secure:  # what the secure server reads: sums over the clients (fedgca.flower.choice alike)
+        return candidates.summed_deployed_summary(candidates.summed_deployed(per_client),
+                                                  *candidates.summed_selection(selection, fed.cfg.rounds))
     return candidates.deployed_summary(per_client, selection.selected_fields(), selection.record())
