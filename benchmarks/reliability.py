@@ -1,7 +1,7 @@
 """Faults and load, measured: the table in docs/results/reliability.md.
 
     .venv/bin/python benchmarks/reliability.py --data-dir ../shared/data [--out docs/results/reliability.md]
-                                               [--only sweep,resume,files,uploads,deploy,load,flower-load,oom]
+                                               [--only sweep,resume,files,uploads,deploy,server,load,flower-load,oom]
 
 Every scenario injects something (a kill -9, a crafted or truncated file, a faulty client, a crashed
 SuperNode, a large federation), observes what fedgca did, and checks that no data was lost. The
@@ -260,6 +260,131 @@ def deployment(data_dir, tmp: Path, nodes: int = 6, rounds: int = 3, pause: floa
             "ok": ok}
 
 
+def _checkpoint_round(out: Path):
+    """The round (secure: exchange) the ServerApp's checkpoint completed, or None (via its manifest: the file is
+    swapped in atomically, so a read never sees half a checkpoint)."""
+    from fedgca import rundir
+
+    try:
+        return int(rundir.load_tensors(rundir.verify(out, rundir.CHECKPOINT))["round"])
+    except (rundir.RunFileError, KeyError, OSError):
+        return None
+
+
+def _serverapp_pids(dep) -> list[int]:
+    """The ServerApp processes the SuperLink started for its runs."""
+    from fedgca.flower.deploy import descendants
+
+    out = []
+    for pid in descendants([dep.superlink.pid]) if dep.superlink is not None else []:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "serverapp" in cmd:
+            out.append(pid)
+    return out
+
+
+def _share_keys_in(out: Path, r: int, n: int) -> bool:
+    path = out / "messages.jsonl"
+    if not path.exists():
+        return False
+    return sum(1 for line in path.read_text().splitlines()
+               if '"secagg.share_keys"' in line and '"up"' in line and f'"round": {r + 1},' in line) >= n
+
+
+def server_kills(data_dir, tmp: Path, nodes: int = 6, rounds: int = 6) -> list[dict]:
+    """A 6-node TLS deployment whose server dies (issue #60): the SuperLink and its ServerApp SIGKILLed after round
+    3 and restarted from the SuperLink's --database, the ServerApp alone SIGKILLed, the ServerApp SIGKILLed inside a
+    SecAgg+ exchange once every node's key shares were in; each time `flwr run` again with resume=true. Against the
+    same run uninterrupted (the in-process engine: the same metrics and detectors as a deployment), byte for byte:
+    metrics.csv, comm.json less its timing, every node's deployed detector."""
+    from fedgca.config import RunConfig
+    from fedgca.flower.config import to_run_config
+    from fedgca.flower.deploy import LocalDeployment, write_app
+    from fedgca.flower.simulation import simulate
+    from fedgca.threads import limit_threads
+
+    limit_threads(1)
+    data_dir = str(Path(data_dir).resolve())
+    rows = []
+    plan = [("gca", "superlink"), ("secagg-fedavg", "superlink"), ("gca", "serverapp"), ("secagg-fedavg", "secagg")]
+    for method, kill in plan:
+        cfg = RunConfig(dataset="magic", method=method, clients=nodes, rounds=rounds, local_epochs=1, recon_epochs=1,
+                        align_epochs=1, k=10, seed=100).resolved()
+        name = f"{method}-{kill}"
+        ref = tmp / f"{name}-whole"
+        simulate(cfg, ref, data_dir=data_dir, reply_timeout=120)
+        out = tmp / f"{name}-out"
+        ncs = [{"partition-id": i, "num-partitions": nodes, "data-dir": data_dir, "cache-dir": str(tmp / "cache"),
+                "state-dir": str(tmp / f"{name}-state"), "detector-dir": str(out)} for i in range(nodes)]
+        apps = {}
+        for resume in (False, True):
+            apps[resume] = write_app(tmp / f"{name}-app-{int(resume)}",
+                                     to_run_config(cfg, out_dir=str(out), reply_timeout=60.0, resume=resume))
+        t0 = time.perf_counter()
+        with LocalDeployment(tmp / f"{name}-dep", ncs, tls=True, database=tmp / f"{name}-dep" / "superlink.db") as dep:
+            runner = dep.submit(apps[False])
+            deadline = time.monotonic() + 1800
+            target = 3 if kill != "secagg" else None
+
+            def waiting():
+                if runner.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{name}: the run ended before the kill:\n{dep.log('flwr-run.log')[-3000:]}")
+                time.sleep(0.05)
+
+            if kill == "secagg":  # inside exchange 4 (round 4's sum): after every node shared its keys
+                while not _share_keys_in(out, 3, nodes):
+                    waiting()
+            else:
+                while (_checkpoint_round(out) or -1) < target - 1:  # round 3 done and checkpointed
+                    waiting()
+            before = _checkpoint_round(out)
+            if kill == "superlink":
+                dep.kill_superlink()
+                runner.wait(timeout=120)
+                time.sleep(2.0)
+                dep.start_superlink("superlink-restart.log")
+            else:
+                from fedgca.flower.deploy import _kill
+
+                _kill(_serverapp_pids(dep), signal.SIGKILL)
+                runner.wait(timeout=120)
+            killed_at = time.perf_counter() - t0
+            resumed = dep.run(apps[True], timeout=1800)
+        wall = time.perf_counter() - t0
+        summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+        same_metrics = (out / "metrics.csv").exists() and (out / "metrics.csv").read_bytes() == (ref / "metrics.csv").read_bytes()
+
+        def untimed(path):
+            return [{k: v for k, v in r.items() if k not in ("wall_seconds", "phase_seconds", "rejoined", "dropped")}
+                    for r in json.loads(path.read_text())]
+
+        same_comm = (out / "comm.json").exists() and untimed(out / "comm.json") == untimed(ref / "comm.json")
+        same_detectors = all((out / "clients" / f"client_{i:03d}" / f).exists() and
+                             (out / "clients" / f"client_{i:03d}" / f).read_bytes() ==
+                             (ref / "clients" / f"client_{i:03d}" / f).read_bytes()
+                             for i in range(nodes) for f in ("model.pt", "detector.json"))
+        what = {"superlink": "SIGKILL of the SuperLink and its ServerApp after round 3; SuperLink restarted from its "
+                             "--database",
+                "serverapp": "SIGKILL of the ServerApp alone after round 3",
+                "secagg": "SIGKILL of the ServerApp inside round 4's SecAgg+ exchange, once every node's key shares "
+                          "were in"}[kill]
+        ok = resumed.returncode == 0 and same_metrics and same_comm and same_detectors
+        rows.append({
+            "scenario": f"Flower deployment: the server dies ({method}, magic, R={rounds}, {nodes} SuperNodes, TLS)",
+            "injected": f"{what}; then `flwr run` with resume=true",
+            "observed": f"exit {resumed.returncode}; the checkpoint had completed round {None if before is None else before + 1}"
+                        f" ({'exchange' if method.startswith('secagg') else 'round'} index {before}); resumed to "
+                        f"{len(summary.get('round_wall_seconds', []))} rounds; metrics.csv = uninterrupted: {same_metrics}; "
+                        f"comm.json (less timing) = uninterrupted: {same_comm}; {nodes} detectors = uninterrupted: "
+                        f"{same_detectors}; killed at {killed_at:.0f} s, {wall:.0f} s wall",
+            "lost": "the interrupted round only (played again from the checkpoint)", "ok": ok})
+        print(f"server {name}: ok={ok} {rows[-1]['observed']}", file=sys.stderr)
+    return rows
+
+
 # ---------------------------------------------------------------------------- load
 
 LOAD_CHILD = textwrap.dedent("""
@@ -370,7 +495,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--out", default=str(ROOT / "docs" / "results" / "reliability.md"))
-    p.add_argument("--only", default="sweep,resume,files,uploads,deploy,load,flower-load,oom")
+    p.add_argument("--only", default="sweep,resume,files,uploads,deploy,server,load,flower-load,oom")
     p.add_argument("--clients", default="10,100,1000", help="simulator load rows")
     p.add_argument("--flower-clients", default="10,100")
     args = p.parse_args(argv)
@@ -384,6 +509,7 @@ def main(argv=None) -> int:
                  ("files", lambda: crafted_files(args.data_dir, tmp / "files")),
                  ("uploads", lambda: [bad_uploads(args.data_dir, tmp / "uploads")]),
                  ("deploy", lambda: [deployment(args.data_dir, tmp / "deploy")]),
+                 ("server", lambda: server_kills(args.data_dir, tmp / "server")),
                  ("oom", lambda: [too_large(tmp)])]
         for name, step in steps:
             if name in only:

@@ -70,7 +70,8 @@ def test_gca_flower_simulation_matches_simulator(tmp_path, data_dir):
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs fedgca[ray] (Flower's simulation extra)")
 def test_ray_simulation_engine_matches_simulator(tmp_path, data_dir):
     """Flower's Ray engine, the in-process engine and the simulator: byte-identical metrics.csv (every
-    process computes with one torch thread and one BLAS thread)."""
+    process computes with one torch thread and one BLAS thread). The Ray engine's nodes, which Flower gives no
+    node config, write their detectors and keep their state as the in-process engine's do."""
     cfg = _magic(k=10)
     simulate(cfg, tmp_path / "ray", engine="ray", data_dir=data_dir, reply_timeout=300)
     simulate(cfg, tmp_path / "inprocess", data_dir=data_dir, reply_timeout=120)
@@ -78,6 +79,14 @@ def test_ray_simulation_engine_matches_simulator(tmp_path, data_dir):
     sim = (tmp_path / "sim" / "metrics.csv").read_bytes()
     assert (tmp_path / "ray" / "metrics.csv").read_bytes() == sim
     assert (tmp_path / "inprocess" / "metrics.csv").read_bytes() == sim
+    for i in range(3):
+        for f in ("model.pt", "detector.json"):
+            mine = (tmp_path / "ray" / "clients" / f"client_{i:03d}" / f).read_bytes()
+            assert mine == (tmp_path / "sim" / "clients" / f"client_{i:03d}" / f).read_bytes(), (i, f)
+        # each node kept its client's state on its disk while the run lasted (its manifest lists what it wrote),
+        # and deleted it once the client deployed
+        assert (tmp_path / "ray" / "node-state" / f"client_{i:03d}" / "manifest.json").exists()
+    assert not list((tmp_path / "ray" / "node-state").rglob("*.state"))
 
 
 def test_partial_participation_samples_as_the_simulator(tmp_path, data_dir):
@@ -525,11 +534,18 @@ def test_a_restarted_node_with_a_state_dir_continues_its_client(tmp_path, data_d
     assert not list(state.rglob("*.state"))  # deleted after query.deploy: the run is over for every client
 
 
+def _state_msg(group_id: str, run: str | None = "run-a", resume: int = -1, kind: str = "train"):
+    """A stand-in message: what the mod reads of one (a real Message needs Flower's runtime around it)."""
+    from types import SimpleNamespace
+
+    config = {"config": ConfigRecord({"run-name": run, "resume-round": resume})} if run else {}
+    return SimpleNamespace(metadata=SimpleNamespace(message_type=kind, group_id=group_id),
+                           content=RecordDict(config))
+
+
 def test_a_damaged_state_file_is_one_warning_and_a_fresh_start(tmp_path, caplog):
     """A state file that no longer matches its manifest, or is not a saved state at all, is one warning line: the
     client starts from an empty state (as without ``state-dir``). SecAgg+'s round secrets are never written."""
-    from types import SimpleNamespace
-
     from flwr.app import Context
 
     from fedgca.flower import nodestate
@@ -540,19 +556,17 @@ def test_a_damaged_state_file_is_one_warning_and_a_fresh_start(tmp_path, caplog)
     seen = []
 
     def handler(msg, context):
-        seen.append(sorted(context.state.keys()))
+        seen.append(sorted(k for k in context.state.keys() if k != nodestate.RUN))
         return msg
 
-    # the mod reads only the message's type (a real Message needs Flower's runtime around it)
-    msg = SimpleNamespace(metadata=SimpleNamespace(message_type="train"))
+    msg = _state_msg("2")
     empty = Context(run_id=9, node_id=7, node_config=nc, state=RecordDict(), run_config={})
-    nodestate.persist_state(msg, empty, handler)  # a registration query: nothing kept, nothing written
-    assert not list(tmp_path.iterdir())
+    nodestate.persist_state(_state_msg("0"), empty, handler)  # a registration query: nothing kept, nothing written
+    assert not list(tmp_path.rglob("*.state"))
     nodestate.persist_state(msg, Context(run_id=9, node_id=7, node_config=nc, state=state, run_config={}), handler)
-    directory, name = nodestate.state_file(Context(run_id=9, node_id=8, node_config=nc, state=RecordDict(),
-                                                   run_config={}))
-    assert directory.name == "client_004" and b"secret" not in (directory / name).read_bytes()
-    fresh = Context(run_id=9, node_id=8, node_config=nc, state=RecordDict(), run_config={})  # a restarted node
+    directory, name = tmp_path / "client_004", "run-a.r1.state"  # keyed by the fedgca run and the round
+    assert b"secret" not in (directory / name).read_bytes()
+    fresh = Context(run_id=10, node_id=8, node_config=nc, state=RecordDict(), run_config={})  # another Flower run
     nodestate.persist_state(msg, fresh, handler)
     assert seen[-1] == ["fedgca.model"]
     np.testing.assert_array_equal(fresh.state.array_records["fedgca.model"]["w"].numpy(), np.arange(6))
@@ -565,3 +579,49 @@ def test_a_damaged_state_file_is_one_warning_and_a_fresh_start(tmp_path, caplog)
                                                  run_config={}), handler)
         assert seen[-1] == [] and "starts again from its initial state" in caplog.text
         assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+
+
+def test_a_resumed_run_restores_the_round_its_server_completed_and_old_runs_are_pruned(tmp_path):
+    """A node keeps its last two rounds' states; a resumed run (its server's checkpoint completed round 1) restores
+    round 1's, not round 2's, which the server plays again. Files of other runs not written for ``state-ttl-days``
+    are deleted when the node saves; a run's own files go after its deploy query."""
+    import os
+    import time
+
+    from flwr.app import Context
+
+    from fedgca.flower import nodestate
+
+    nc = {"partition-id": 0, "state-dir": str(tmp_path), "state-ttl-days": 7}
+
+    def handler_setting(value):
+        def handler(msg, context):
+            context.state["fedgca.model"] = ArrayRecord({"w": Array(np.full(2, value, dtype=np.float32))})
+            return msg
+        return handler
+
+    context = Context(run_id=1, node_id=1, node_config=nc, state=RecordDict(), run_config={})
+    for r in range(4):  # rounds 0..3 (group ids 1..4)
+        nodestate.persist_state(_state_msg(str(r + 1)), context, handler_setting(float(r)))
+    directory = tmp_path / "client_000"
+    assert sorted(p.name for p in directory.glob("*.state")) == ["run-a.r2.state", "run-a.r3.state"]
+    got = []
+
+    def read(msg, ctx):
+        got.append(float(ctx.state.array_records["fedgca.model"]["w"].numpy()[0]))
+        return msg
+
+    nodestate.persist_state(_state_msg("0", resume=2), Context(run_id=2, node_id=5, node_config=nc,
+                                                               state=RecordDict(), run_config={}), read)
+    nodestate.persist_state(_state_msg("0", resume=-1), Context(run_id=3, node_id=5, node_config=nc,
+                                                                state=RecordDict(), run_config={}), read)
+    assert got == [2.0, 3.0]  # resumed after round 3 (index 2): round 2's state; a restarted node: its latest
+    old = directory / "run-old.r5.state"
+    old.write_bytes(b"x")
+    recent = directory / "run-recent.r5.state"
+    recent.write_bytes(b"y")
+    os.utime(old, (time.time() - 8 * 86400,) * 2)
+    nodestate.persist_state(_state_msg("5"), context, handler_setting(4.0))
+    assert not old.exists() and recent.exists()
+    nodestate.persist_state(_state_msg("6", kind="query.deploy"), context, handler_setting(5.0))
+    assert sorted(p.name for p in directory.glob("*.state")) == ["run-recent.r5.state"]

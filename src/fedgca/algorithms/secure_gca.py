@@ -110,9 +110,15 @@ class SecureGCA(SecureSum, GlobalCentroidAlignment):
         return 0  # no code leaves a client
 
     def state_dict(self) -> dict:
-        # tensors: a checkpoint is read back with torch.load(weights_only=True), which refuses NumPy arrays
-        return {} if self.mixture is None else {"mixture": {k: torch.as_tensor(v) for k, v in self.mixture.payload().items()}}
+        # tensors: a checkpoint is read back with torch.load(weights_only=True), which refuses NumPy arrays; the
+        # broadcast too, which on Flower rides with the next round's exchange (a server resumed between the two)
+        out = {} if self.mixture is None else {"mixture": {k: torch.as_tensor(v) for k, v in self.mixture.payload().items()}}
+        if getattr(self, "broadcast", None) is not None:
+            out["broadcast"] = {k: torch.as_tensor(v) for k, v in self.broadcast.items()}
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         m = state.get("mixture")
         self.mixture = None if m is None else mixture_sums.Mixture.from_payload({k: to_numpy(v) for k, v in m.items()})
+        b = state.get("broadcast")
+        self.broadcast = None if b is None else {k: to_numpy(v) for k, v in b.items()}

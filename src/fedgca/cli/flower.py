@@ -64,10 +64,12 @@ def _flower_options(p) -> None:
 
     p.add_argument("--reply-timeout", type=float, default=FLOWER_DEFAULTS["reply-timeout"],
                    help="seconds a phase waits for replies; a silent node is dropped from the round")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its server checkpoint (its ServerApp or SuperLink was killed)")
 
 
 def _options(args, out) -> dict:
-    return {"out_dir": str(Path(out).resolve()), "reply_timeout": args.reply_timeout}
+    return {"out_dir": str(Path(out).resolve()), "reply_timeout": args.reply_timeout}  # resume: per command
 
 
 def _out(args, cfg, kind: str) -> Path:
@@ -93,7 +95,8 @@ def cmd_simulate(args) -> int:
     out = _out(args, cfg, args.engine)
     opts = {k: v for k, v in _options(args, out).items() if k != "out_dir"}
     # own data: one node per client of the simulator's federation (fedgca.flower.simulation.own_data_nodes)
-    summary = simulate(cfg, out, engine=args.engine, data_dir=args.data_dir, source=source, dataset=dataset, **opts)
+    summary = simulate(cfg, out, engine=args.engine, data_dir=args.data_dir, source=source, dataset=dataset,
+                       resume=args.resume, **opts)
     print(_brief(summary))
     print(f"results in {out}", file=sys.stderr)
     return 0
@@ -105,7 +108,7 @@ def cmd_app_dir(args) -> int:
 
     cfg = config_from_args(args)
     out = Path(args.out) if args.out else Path(args.dir) / "results"
-    app = write_app(args.dir, to_run_config(cfg, **_options(args, out)))
+    app = write_app(args.dir, to_run_config(cfg, **_options(args, out), resume=args.resume))
     print(f"# Flower App project written to {app} (results of a run go to {out} on the SuperLink machine)")
     print(deployment_commands(cfg.clients, superlink_host=args.superlink_host, port=args.port,
                               tls=not args.insecure, dataset_nodes=not args.own_data))
@@ -129,13 +132,15 @@ def cmd_deploy_local(args) -> int:
     cfg = config_from_args(args)
     out = _out(args, cfg, "deploy").resolve()
     work = out / "deployment"
-    app = write_app(work / "app", to_run_config(cfg, **_options(args, out)))
+    app = write_app(work / "app", to_run_config(cfg, **_options(args, out), resume=args.resume))
     nodes = [{"partition-id": i, "num-partitions": cfg.clients} | ({"data-dir": str(Path(args.data_dir).resolve())}
                                                                       if args.data_dir else {})
              for i in range(cfg.clients)]
     # each node's detector, where the simulator writes it; its ClientApp state on disk (a restarted node goes on)
     nodes = [nc | {"detector-dir": str(out), "state-dir": str(work / "node-state")} for nc in nodes]
-    with LocalDeployment(work, nodes, tls=args.tls, warm=not args.cold_clientapps) as dep:
+    # the SuperLink's state in a file of the run's directory: a restarted SuperLink knows its nodes and runs
+    with LocalDeployment(work, nodes, tls=args.tls, warm=not args.cold_clientapps,
+                         database=work / "superlink.db") as dep:
         print(f"SuperLink on {dep.address} ({'TLS' if args.tls else 'insecure'}), {len(nodes)} SuperNodes; "
               f"logs in {dep.logs}", file=sys.stderr)
         res = dep.run(app, timeout=args.timeout)

@@ -38,7 +38,6 @@ from fedgca.flower.records import (
     CONFIG,
     METRICS,
     array_record,
-    config_record,
     from_json_record,
     json_record,
     numpy_dict,
@@ -222,6 +221,23 @@ class ServerChoice:
         self.best_global = None  # a shared model's chosen candidate so far: (round, arrays)
         self.selected_so_far: int | None = None  # the default rule: the federation's round so far
 
+    def state_dict(self) -> dict:
+        """What a server checkpoint keeps of the choice so far (``flower.checkpoint``)."""
+        from fedgca.flower.checkpoint import as_tensors
+
+        return {"values": [{int(k): float(v) for k, v in d.items()} for d in self.values],
+                "means": [float(m) for m in self.means],
+                "best_global": None if self.best_global is None else
+                {"round": int(self.best_global[0]), "arrays": as_tensors(self.best_global[1])},
+                "selected_so_far": self.selected_so_far}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.values = [{int(k): float(v) for k, v in d.items()} for d in state["values"]]
+        self.means = [float(m) for m in state["means"]]
+        best = state["best_global"]
+        self.best_global = None if best is None else (int(best["round"]), dict(best["arrays"]))
+        self.selected_so_far = state["selected_so_far"]
+
     def round_config(self) -> dict:
         """What a round's messages carry besides the run config: under the default rule with per-client models,
         the round chosen so far (a client keeps that round's model for its detector)."""
@@ -246,7 +262,7 @@ class ServerChoice:
         if not active(self.cfg) or self.secure:
             return
         server = self.server
-        records = {CONFIG: config_record(self.cfg, round=-1)}
+        records = {CONFIG: self.server.config(-1)}
         if self.method.deploys_global:
             records[ARRAYS] = array_record(self.method.deployed())
         msgs = [server.message_to(c.node_id, CANDIDATE, -1, **records) for c in server.clients]
@@ -293,7 +309,7 @@ class ServerChoice:
             chosen = self.selected_so_far or cfg.rounds
         else:
             chosen = None if self.best_global is None else self.best_global[0]
-        records = {CONFIG: config_record(cfg, round=cfg.rounds, **({} if chosen is None else {CHOSEN: int(chosen)}))}
+        records = {CONFIG: server.config(cfg.rounds, **({} if chosen is None else {CHOSEN: int(chosen)}))}
         if self.best_global is not None:
             records[ARRAYS] = array_record(self.best_global[1])
         replies, _ = server.exchange(DEPLOY, cfg.rounds, [server.message_to(c.node_id, DEPLOY, cfg.rounds, **records)
@@ -337,7 +353,7 @@ class ServerChoice:
         chosen = None if self.best_global is None else self.best_global[0]
         payload = {} if self.best_global is None else {f"{DEPLOYED}/{k}": v for k, v in self.best_global[1].items()}
         instructions = {c.client_id: {"round": rounds, "deploy": True} for c in server.clients}
-        config = dict(config_record(cfg, round=rounds, **({} if chosen is None else {CHOSEN: int(chosen)})))
+        config = dict(server.config(rounds, **({} if chosen is None else {CHOSEN: int(chosen)})))
         sums, summed, _, _ = summed_exchange(server, rounds, server.clients, payload, config, instructions, layout,
                                              secagg.SecAggSettings())
         if sums is None:

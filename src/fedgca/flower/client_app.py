@@ -39,7 +39,7 @@ from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.evaluation.threshold import quantile_threshold
 from fedgca.flower import choice, masks, owndata
 from fedgca.flower import data as node_data
-from fedgca.flower.nodestate import persist_state
+from fedgca.flower.nodestate import DONE, node_defaults, persist_state
 from fedgca.flower.records import (
     ARRAYS,
     CONFIG,
@@ -93,7 +93,7 @@ def torch_threads(msg: Message, context: Context, call_next) -> Message:
     return call_next(msg, context)
 
 
-app = ClientApp(mods=[persist_state, torch_threads, secure_aggregation])  # persist_state: around everything
+app = ClientApp(mods=[node_defaults, persist_state, torch_threads, secure_aggregation])  # state: around the rest
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -362,6 +362,7 @@ def _secure_deploy(msg, context, cfg, node, payload: dict, cfgrec) -> dict:
     pre, schema = _deploy_encoding(context, cfg)
     out = choice.deploy(context, cfg, node, clients, init_model(cfg.seed, node.input_shape, node.client_id),
                         None if chosen is None else int(chosen), bool(arrays), pre, schema)
+    context.state[DONE] = ConfigRecord({"round": int(out["round"])})  # its run is over (flower.nodestate)
     return {candidates.DEPLOYED_PART.name: secagg.Contribution(np.array([out[m] for m in DETECTION])),
             "chosen": secagg.Contribution(candidates.one_hot(out["round"], cfg.rounds))}
 

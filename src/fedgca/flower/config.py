@@ -19,6 +19,7 @@ FLOWER_DEFAULTS: dict[str, object] = {
     "min-nodes": 0,  # nodes to wait for before round 1 (0 → the run's `clients`)
     "wait-timeout": 300.0,  # seconds to wait for them
     "reply-timeout": 3600.0,  # seconds a phase waits for replies; a node silent for longer is dropped
+    "resume": False,  # continue the run in out-dir from its server checkpoint (a killed ServerApp or SuperLink)
 }
 
 
@@ -28,6 +29,7 @@ class FlowerOptions:
     min_nodes: int = 0
     wait_timeout: float = 300.0
     reply_timeout: float = 3600.0
+    resume: bool = False
 
 
 def _dashed(name: str) -> str:
@@ -68,9 +70,12 @@ def parse_run_config(values: dict) -> tuple[RunConfig, FlowerOptions]:
         min_nodes=int(opts["min-nodes"]) or int(cfg.clients),
         wait_timeout=float(opts["wait-timeout"]),
         reply_timeout=float(opts["reply-timeout"]),
+        resume=_as_bool(opts["resume"]),
     )
     if not math.isfinite(options.reply_timeout) or options.reply_timeout <= 0:
         raise ValueError("reply-timeout must be a positive number of seconds")
+    if options.resume and not options.out_dir:
+        raise ValueError("resume continues the run in out-dir: set out-dir")
     return cfg, options
 
 

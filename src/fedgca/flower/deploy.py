@@ -105,8 +105,12 @@ def node_config_string(nc: dict) -> str:
     return " ".join(parts)
 
 
-def superlink_command(port: int, certs: Certificates | None = None, host: str = "127.0.0.1") -> list[str]:
+def superlink_command(port: int, certs: Certificates | None = None, host: str = "127.0.0.1",
+                      database=None) -> list[str]:
+    """A SuperLink; ``database``: Flower's own state file (nodes, runs, messages), so that a restarted SuperLink
+    knows them (in memory without one)."""
     cmd = ["flower-superlink", "--host", host, "--port", str(port), "--disable-runtime-dependency-installation"]
+    cmd += ["--database", str(database)] if database else []
     if certs is None:
         return cmd + ["--insecure"]
     return cmd + ["--ssl-ca-certfile", str(certs.ca_cert), "--ssl-certfile", str(certs.server_cert),
@@ -117,9 +121,14 @@ def supernode_command(superlink: str, runtime_port: int, node_config: dict, ca_c
                       warm: bool = False) -> list[str]:
     """A SuperNode; ``warm``: its ClientApp processes come from fedgca's SuperExec (:func:`superexec_command`)."""
     cmd = ["flower-supernode", "--superlink", superlink, "--host", "127.0.0.1", "--port", str(runtime_port),
-           "--node-config", node_config_string(node_config)]
+           "--node-config", node_config_string(node_config),
+           # a SuperLink that restarts (from its --database) is dialled again for up to RECONNECT_SECONDS
+           "--max-wait-time", str(RECONNECT_SECONDS)]
     cmd += ["--isolation", "process"] if warm else []
     return cmd + (["--root-certificates", str(ca_cert)] if ca_cert else ["--insecure"])
+
+
+RECONNECT_SECONDS = 86400  # how long a SuperNode keeps dialling a SuperLink it lost (Flower's retry options)
 
 
 def superexec_command(runtime_port: int, parent_pid: int | None = None) -> list[str]:
@@ -135,7 +144,7 @@ def deployment_commands(n_nodes: int, *, superlink_host: str = "<superlink-host>
     lines = ["# on the server machine (certificates: `fedgca flower certs certs/ --host <superlink-host>`)",
              " ".join(superlink_command(port, Certificates(Path("certs/ca.crt"), Path("certs/server.pem"),
                                                            Path("certs/server.key")) if tls else None,
-                                        host="0.0.0.0")), ""]
+                                        host="0.0.0.0", database="/var/lib/fedgca/superlink.db")), ""]
     for i in range(n_nodes):
         nc = ({"partition-id": i, "num-partitions": n_nodes} if dataset_nodes
               else {"data-path": f"/data/node{i}.csv", "schema-path": "/data/schema.json"})
@@ -224,6 +233,7 @@ class LocalDeployment:
     env_extra: dict = field(default_factory=dict)
     start_timeout: float = 60.0
     warm: bool = True  # ClientApp processes forked by fedgca's SuperExec; False: Flower's cold start per message
+    database: Path | None = None  # the SuperLink's state file (a restarted SuperLink goes on from it)
 
     def __post_init__(self):
         self.workdir = Path(self.workdir)
@@ -255,13 +265,24 @@ class LocalDeployment:
     def start(self) -> "LocalDeployment":
         flwr_connection(self.flwr_home, CONNECTION, self.address,
                         root_certificates=str(self.certs.ca_cert) if self.certs else None)
-        self.superlink = self._spawn(superlink_command(self.port, self.certs), "superlink.log")
-        self._wait_port(self.port, self.superlink, "superlink.log")
+        self.start_superlink("superlink.log")
         for i in range(len(self.node_configs)):
             self.nodes.append(None)
             self.superexecs.append(None)
             self._start_node(i, "")
         return self
+
+    def start_superlink(self, log_name: str) -> subprocess.Popen:
+        """The SuperLink (again, after ``kill_superlink``: same port, certificates and ``database``)."""
+        self.superlink = self._spawn(superlink_command(self.port, self.certs, database=self.database), log_name)
+        self._wait_port(self.port, self.superlink, log_name)
+        return self.superlink
+
+    def kill_superlink(self, sig: int = signal.SIGKILL) -> None:
+        """Crash the SuperLink and the ServerApp processes it started."""
+        if self.superlink is not None:
+            self._stop([self.superlink], sig=sig, grace=0.0)
+        self.superlink = None
 
     def _start_node(self, i: int, suffix: str) -> subprocess.Popen:
         port = free_port()

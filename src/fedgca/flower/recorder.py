@@ -26,12 +26,19 @@ class Recorder:
     def opened(self) -> bool:
         return self._metrics is not None
 
-    def open(self) -> None:
+    def open(self, rounds: list[dict] | None = None) -> None:
+        """Start writing. ``rounds``: a resumed run's rounds log from its checkpoint — rounds.jsonl is written from it
+        again and messages.jsonl is appended to (the log of everything before the resume stays)."""
         if self.out is None or self.opened:
             return
         self.out.mkdir(parents=True, exist_ok=True)
-        for name, entries in (("messages.jsonl", self.messages), ("rounds.jsonl", self.rounds)):
-            (self.out / name).write_text("".join(_line(e) for e in entries))
+        if rounds is not None:
+            self.rounds = list(rounds) + self.rounds
+            with (self.out / "messages.jsonl").open("a") as f:
+                f.write("".join(_line(e) for e in [{"resumed_after_round": len(rounds)}, *self.messages]))
+        else:
+            (self.out / "messages.jsonl").write_text("".join(_line(e) for e in self.messages))
+        (self.out / "rounds.jsonl").write_text("".join(_line(e) for e in self.rounds))
         self._metrics = rundir.MetricsWriter(self.out)
         for name, text in self._held.items():
             self.write_text(name, text)

@@ -9,22 +9,24 @@ last step's reply; the others (and every client when the server's model is deplo
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from flwr.serverapp import Grid
 
 from fedgca import methods, privacy, rundir, runrecord
 from fedgca.algorithms import method_for
 from fedgca.config import RunConfig
+from fedgca.flower import checkpoint
 from fedgca.flower.choice import ServerChoice
 from fedgca.flower.config import FlowerOptions
 from fedgca.flower.records import (
     CONFIG,
     EVALUATION,
     array_record,
-    config_record,
     payload_bytes,
     step_message_type,
 )
@@ -82,8 +84,9 @@ def _exchange_step(server: FlowerServer, method, rnd: _Round, step, dz: int) -> 
     return accepted
 
 
-def run_rounds(server: FlowerServer) -> dict:
-    """Every round of the run's method; returns the method's summary blocks."""
+def run_rounds(server: FlowerServer, ckpt: dict | None = None) -> dict:
+    """Every round of the run's method — from the checkpoint ``ckpt``'s next round when resuming — with a server
+    checkpoint after each (``flower.checkpoint``); returns the method's summary blocks."""
     sizes = [c.num_examples for c in server.clients]
     cfg = privacy.message_config(server.cfg, sizes)  # a calibrated DP σ written out for the clients
     method = method_for(cfg, server.kind, sizes)
@@ -93,16 +96,20 @@ def run_rounds(server: FlowerServer) -> dict:
         log.warning("%s", note)
     method.start(server.template.state_dict(), len(server.clients))
     selection = ServerChoice(server, cfg, method)  # the deployed models: --selection's, or the federation's round
-    selection.start()
+    if ckpt is None:
+        selection.start()
+    else:
+        method.load_state_dict(ckpt["method"])
+        selection.load_state_dict(ckpt["selection"])
     if cfg.spec.secure:  # one SecAgg+ aggregation a round, nothing per client in the clear
         require_masks(server.clients)
-        run_secure_rounds(server, cfg, method, selection)
+        run_secure_rounds(server, cfg, method, selection, ckpt)
         return {**(method.summary_extra() or {}), **selection.deploy()}
-    for r in range(cfg.rounds):
+    for r in range(0 if ckpt is None else ckpt["round"] + 1, cfg.rounds):
         t0 = time.perf_counter()
         part = server.participants(r)
         server.round_extra = selection.round_config()
-        rnd = _Round(r, config_record(cfg, round=r, **server.round_extra), part)
+        rnd = _Round(r, server.config(r, cfg, **server.round_extra), part)
         for step in method.steps:
             ts = time.perf_counter()
             accepted = _exchange_step(server, method, rnd, step, dz)
@@ -135,6 +142,7 @@ def run_rounds(server: FlowerServer) -> dict:
             "phase_seconds": {**rnd.seconds, "evaluate": round(t1 - te, 4)},
         })
         selection.observe(r, evals)
+        checkpoint.save(server, r, method, selection)
     return {**(method.summary_extra() or {}), **selection.deploy()}
 
 
@@ -151,18 +159,34 @@ def run_server(grid: Grid, cfg: RunConfig, opts: FlowerOptions, data=None) -> di
     if privacy.is_record_dp(cfg) and cfg.threshold != "val-quantile":
         raise ValueError(f"--method {cfg.method} on Flower needs --threshold val-quantile (with --val-fraction > 0): "
                          "a threshold set on the protected training rows would leave the client unaccounted")
-    t0 = time.perf_counter()
     server = FlowerServer(grid, cfg, opts)
+    out = Path(opts.out_dir) if opts.out_dir else None
+    ckpt = None
+    if opts.resume:  # the run in out-dir, with its options and federation, from its checkpoint (reads only)
+        checkpoint.check_config(out, cfg)
+        ckpt = checkpoint.load(out)
+    if ckpt is not None:
+        server.run_name, server.resume_round, server.wall_before = ckpt["run_name"], ckpt["round"], ckpt["wall"]
+        log.info("resuming %s after round %d", out, ckpt["round"] + 1)
+    else:
+        server.run_name = checkpoint.new_run_name(cfg)
     server.register()
-    server.rec.open()
-    server.rec.write("config.json", {**cfg.to_dict(), "flower": opts.__dict__})
-    extra = run_rounds(server)
+    if ckpt is not None:
+        checkpoint.check_federation(ckpt["clients"], server.clients)
+        if json.dumps(server.preprocessor) != (ckpt["preprocessor"] or "null"):
+            raise checkpoint.ResumeRefused("resume: the nodes' data give another preprocessing than the run's")
+        server.rows, server.comm = list(ckpt["rows"]), list(ckpt["comm"])
+        server.rec.open(rounds=list(ckpt["rounds_log"]))
+    else:
+        server.rec.open()
+        server.rec.write("config.json", {**cfg.to_dict(), "flower": {**opts.__dict__, "resume": False}})
+    extra = run_rounds(server, ckpt)
     if data is not None:
         extra = {"data": runrecord.data_record(cfg, data), **(extra or {})}
         test_rows = runrecord.test_rows_text(data)
         if test_rows is not None:
             server.rec.write_text(rundir.TEST_ROWS, test_rows)
-    summary = server.summary(time.perf_counter() - t0, extra)
+    summary = server.summary(server.elapsed(), extra)
     server.rec.write("summary.json", summary)
     server.summary_ = summary
     return summary

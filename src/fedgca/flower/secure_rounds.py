@@ -21,8 +21,7 @@ import time
 
 from fedgca.algorithms import secure_rounds
 from fedgca.algorithms.base import SUMMED, arrays_nbytes
-from fedgca.flower import masks
-from fedgca.flower.records import config_record
+from fedgca.flower import checkpoint, masks
 from fedgca.flower.secagg import DEPLOYED
 from fedgca.flower.secagg_server import summed_exchange
 from fedgca.protocol import secagg
@@ -44,6 +43,20 @@ class _Owed:
         self.deferred_steps, self.deferred_clients = list(deferred_steps), set(deferred_clients)
         self.record = record  # round r's comm record, finished when its evaluation arrives
 
+    def to_dict(self) -> dict:
+        """What a server checkpoint keeps of it (``flower.checkpoint``): ids and names, the pending record."""
+        return {"r": self.r, "evaluators": [c.client_id for c in self.evaluators],
+                "deferred_steps": [st.name for st in self.deferred_steps],
+                "deferred_clients": sorted(self.deferred_clients), "record": self.record}
+
+    @classmethod
+    def from_dict(cls, d: dict | None, method, clients) -> "_Owed":
+        if d is None:
+            return cls(-1, [])
+        ids = set(d["evaluators"])
+        return cls(int(d["r"]), [c for c in clients if c.client_id in ids],
+                   [method.step_named(n) for n in d["deferred_steps"]], d["deferred_clients"], d["record"])
+
 
 def require_masks(clients) -> None:
     """Both ends mask with fedgca's generator, or the secure run is refused in one line (``flower.masks``)."""
@@ -56,11 +69,16 @@ def require_masks(clients) -> None:
             f"not {name!r}: a secure run needs every node on fedgca's SecAgg+ masks; refused")
 
 
-def run_secure_rounds(server, cfg, method, selection) -> None:
-    """Every round of a secure method, then the last round's rest (the server's files are written as rows arrive)."""
+def run_secure_rounds(server, cfg, method, selection, ckpt: dict | None = None) -> None:
+    """Every round of a secure method, then the last round's rest (the server's files are written as rows arrive);
+    a server checkpoint after every exchange, with what the next one owes; from ``ckpt``'s next exchange when
+    resuming."""
     s, clients = method.secagg, server.clients
     owed = _Owed(-1, clients if secure_rounds.owes_evaluation(cfg, method, 0) else [])
-    for r in range(cfg.rounds):
+    start = 0
+    if ckpt is not None:
+        owed, start = _Owed.from_dict(ckpt["secure"]["owed"], method, clients), ckpt["round"] + 1
+    for r in range(start, cfg.rounds):
         t0 = time.perf_counter()
         part = server.participants(r)
         server.round_extra = selection.round_config()
@@ -75,7 +93,7 @@ def run_secure_rounds(server, cfg, method, selection) -> None:
                                                       c.client_id), "weight-scale": method.weight_scale}
                         for c in targets}
         sums, summed, lost, stages = summed_exchange(server, r, targets, {**deferred, **_prefixed(step.name, sent)},
-                                                     dict(config_record(cfg, round=r, **server.round_extra)),
+                                                     dict(server.config(r, cfg, **server.round_extra)),
                                                      instructions, layout, s)
         if sums is None:
             log.warning("round %d %s: secure aggregation did not complete (fewer clients than its threshold)", r + 1,
@@ -100,6 +118,9 @@ def run_secure_rounds(server, cfg, method, selection) -> None:
         gone = {server.client_id_of(n) for n in lost}
         owed = _Owed(r, [c for c in clients if c.client_id not in gone],
                      method.steps[1:] if reply is not None else (), took_part, record)
+        checkpoint.save(server, r, method, selection, {"owed": owed.to_dict()})
+    if start > cfg.rounds:  # the last round's rest was carried before the server stopped
+        return
     # the last round's rest: one more exchange, no step (its time is the last round's)
     t0 = time.perf_counter()
     payload = _prefixed_all({st.name: method.send(st, owed.r) for st in owed.deferred_steps})
@@ -108,7 +129,7 @@ def run_secure_rounds(server, cfg, method, selection) -> None:
     layout = _owed_layout(method, cfg, owed)
     instructions = {c.client_id: _instructions(cfg.rounds, None, owed, c.client_id) for c in owed.evaluators}
     sums, summed, lost, stages = summed_exchange(server, cfg.rounds, owed.evaluators, payload,
-                                                 dict(config_record(cfg, round=cfg.rounds, **selection.round_config())),
+                                                 dict(server.config(cfg.rounds, cfg, **selection.round_config())),
                                                  instructions, layout, s)
     if sums is None:
         log.warning("round %d: secure aggregation of its evaluation did not complete (fewer clients than its "
@@ -117,6 +138,7 @@ def run_secure_rounds(server, cfg, method, selection) -> None:
     owed.record["wall_seconds"] = round(owed.record["wall_seconds"] + time.perf_counter() - t0, 4)
     _finish_owed(server, cfg, method, selection, owed, None if sums is None else secagg.decode(layout, sums, len(summed), s),
                  summed, len(owed.evaluators) * arrays_nbytes(payload))
+    checkpoint.save(server, cfg.rounds, method, selection, {"owed": None})
 
 
 def _prefixed_all(arrays_by_prefix: dict) -> dict:

@@ -33,6 +33,7 @@ from fedgca.evaluation.selection import DETECTION, METRIC_KEYS
 from fedgca.flower import owndata
 from fedgca.flower.choice import VALUE as SELECTION_VALUE
 from fedgca.flower.config import FlowerOptions
+from fedgca.flower.nodestate import RESUME_ROUND, RUN_NAME
 from fedgca.flower.recorder import Recorder
 from fedgca.flower.records import (
     ARRAYS,
@@ -61,6 +62,7 @@ class Client:
     input_shape: tuple[int, ...]
     has_val: bool = False
     masks: str = ""  # the SecAgg+ mask generator the node announced (fedgca.flower.masks)
+    digest: str = ""  # what data it holds: its schema digest and partition count (a resume checks it)
 
 
 class FlowerServer:
@@ -78,6 +80,19 @@ class FlowerServer:
         self._seen_nodes: set[int] = set()  # every node asked to register (so none is asked twice)
         self._rejoined: dict[int, dict[int, int]] = {}
         self.round_extra: dict = {}  # what the current round's messages carry besides the run config
+        self.run_name = ""  # every message names the run (nodes key their saved state by it: flower.nodestate)
+        self.resume_round = -1  # a resumed run: the last round the checkpoint completed (nodes restore to it)
+        self.wall_before, self._t0 = 0.0, time.perf_counter()
+
+    def elapsed(self) -> float:
+        """The run's wall seconds so far (a resumed run's include those before its checkpoint)."""
+        return self.wall_before + time.perf_counter() - self._t0
+
+    def config(self, r: int, cfg: RunConfig | None = None, **extra) -> ConfigRecord:
+        """A message's config record: the run config (``cfg``: the clients' copy, DP σ written out), the round, the
+        run's name and resume point, and ``extra``."""
+        return config_record(cfg or self.cfg, round=r, **{RUN_NAME: self.run_name, RESUME_ROUND: self.resume_round},
+                             **extra)
 
     # ------------------------------------------------------------------ messaging
 
@@ -157,7 +172,7 @@ class FlowerServer:
         """Ask every node who it is (and, for own data, fit the preprocessing federatedly)."""
         nodes = self.wait_for_nodes()
         self._seen_nodes.update(nodes)
-        cfgrec = config_record(self.cfg, round=-1)
+        cfgrec = self.config(-1)
         replies, _ = self.exchange("query.info", -1, [self.message_to(n, "query.info", -1, **{CONFIG: cfgrec})
                                                       for n in nodes])
         infos = {n: dict(rep.content[INFO]) for n, rep in replies.items() if INFO in rep.content.config_records}
@@ -177,7 +192,8 @@ class FlowerServer:
                             clients[cid].node_id)
                 continue
             clients[cid] = Client(node, cid, int(i["num-examples"]), tuple(int(s) for s in i["input-shape"]),
-                                  masks=str(i.get("secagg-masks", "")))
+                                  masks=str(i.get("secagg-masks", "")),
+                                  digest=f"{i.get('schema-digest', '')}/{i.get('num-partitions', '')}")
         shapes = {c.input_shape for c in clients.values()}
         if len(shapes) != 1:
             raise RuntimeError(f"clients disagree on the input shape: {sorted(shapes)}")
@@ -249,7 +265,7 @@ class FlowerServer:
         if not new:
             return {}
         self._seen_nodes.update(new)
-        cfgrec = config_record(self.cfg, round=-1)
+        cfgrec = self.config(-1)
         if self.preprocessor is not None:  # own data: the node needs the fitted preprocessing first
             setup = ConfigRecord({"json": json.dumps(self.preprocessor)})
             msgs = [self.message_to(n, "query.setup", r, **{CONFIG: cfgrec, SETUP: setup}) for n in new]
@@ -288,7 +304,7 @@ class FlowerServer:
 
     def evaluate(self, r: int, targets: list[Client], method, arrays: ArrayRecord | None = None) -> dict:
         """Per-client metrics of the deployed models {client_id: metrics} (the server's model: ``arrays``)."""
-        cfgrec = config_record(self.cfg, round=r, **self.round_extra)
+        cfgrec = self.config(r, **self.round_extra)
         records = {CONFIG: cfgrec} if arrays is None else {ARRAYS: arrays, CONFIG: cfgrec}
         msgs = [self.message_to(c.node_id, "evaluate", r, **records) for c in targets]
         replies, _ = self.exchange("evaluate", r, msgs)

@@ -21,12 +21,14 @@ from pathlib import Path
 
 from fedgca.config import RunConfig
 from fedgca.flower.config import to_run_config
+from fedgca.flower.nodestate import NODE_DEFAULTS_ENV, STATE_DIR
 from fedgca.ray_local import pin_loopback
 from fedgca.threads import available_cores
 
 log = logging.getLogger("fedgca.flower")
 
 ENGINES = ("inprocess", "ray")
+NODE_STATE = "node-state"  # under a simulation's out-dir: the nodes' saved client states while the run lasts
 
 
 def node_configs(cfg: RunConfig, data_dir=None, extra: dict[int, dict] | None = None) -> list[dict]:
@@ -74,13 +76,20 @@ def own_data_nodes(source, out_dir, cfg: RunConfig | None = None, dataset=None) 
 
 
 def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=None, source=None, dataset=None,
-             node_extra: dict[int, dict] | None = None, client_app=None, **flower_options) -> dict:
+             node_extra: dict[int, dict] | None = None, client_app=None, resume: bool = False,
+             **flower_options) -> dict:
     """Run ``cfg`` through the Flower apps locally; returns the summary (also in ``out_dir/summary.json``).
 
     ``source``/``dataset``: own data in a directory of per-site files (a :class:`~fedgca.data.DataSource` and its
     bound dataset): one node per client of the simulator's federation (:func:`own_data_nodes`), and the summary's
     ``data`` block as the simulator writes it. ``client_app``: another ClientApp to run on every node instead of
     fedgca's (e.g. fedgca's handlers behind your own mods or wrappers).
+
+    Every node writes its deployed detector under ``out_dir/clients/`` and keeps its client's state under
+    ``out_dir/node-state/`` (each client's files deleted once it deployed): ``resume`` continues a run whose server was stopped, from its
+    checkpoint, with each node where that checkpoint left it (``fedgca.flower.checkpoint``, ``nodestate``). The Ray
+    engine gives its nodes no node configs: they get the same two directories from ``$FEDGCA_NODE_DEFAULTS``
+    (``client_app.node_defaults``).
 
     Everything that can refuse the run is checked before anything is written; a run that fails before its clients
     are registered leaves no directory it made.
@@ -101,24 +110,22 @@ def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=Non
         raise ValueError("the Ray engine gives nodes only partition-id/num-partitions; use engine='inprocess'")
     out = Path(out_dir)
     made = not out.exists()
+    # each node writes its deployed detector where the simulator does, and keeps its client's state on "its disk"
+    per_node = {"detector-dir": str(out.resolve()), STATE_DIR: str((out / NODE_STATE).resolve())}
     try:
         if own:
             node_extra = {i: {**nc, **(node_extra or {}).get(i, {})}
                           for i, nc in own_data_nodes(source, out, cfg, dataset).items()}
-        if engine == "ray":
-            log.warning("the Ray engine's nodes get no detector-dir, so they write no detector (the in-process "
-                        "engine writes them under %s/clients/)", out)
-        else:  # each node writes its deployed detector where the simulator does
-            node_extra = {i: {"detector-dir": str(out.resolve()), **(node_extra or {}).get(i, {})}
-                          for i in range(cfg.clients)}
-        run_config = to_run_config(cfg, out_dir=str(out.resolve()), **flower_options)
+        if engine != "ray":
+            node_extra = {i: {**per_node, **(node_extra or {}).get(i, {})} for i in range(cfg.clients)}
+        run_config = to_run_config(cfg, out_dir=str(out.resolve()), resume=resume, **flower_options)
         server_app = make_server_app(run_config, data=dataset if own else None)
         if engine == "inprocess":
             from fedgca.flower.inprocess import run_inprocess
 
             run_inprocess(server_app, client_app, node_configs(cfg, data_dir, node_extra))
         else:
-            _run_ray(server_app, client_app, cfg, data_dir)
+            _run_ray(server_app, client_app, cfg, data_dir, per_node)
     except BaseException:
         if made and out.is_dir() and not (out / "config.json").exists():  # refused before registration ended
             shutil.rmtree(out, ignore_errors=True)
@@ -126,7 +133,7 @@ def simulate(cfg: RunConfig, out_dir, *, engine: str = "inprocess", data_dir=Non
     return json.loads((out / "summary.json").read_text())
 
 
-def _run_ray(server_app, client_app, cfg: RunConfig, data_dir) -> None:
+def _run_ray(server_app, client_app, cfg: RunConfig, data_dir, node_defaults: dict) -> None:
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
@@ -136,7 +143,17 @@ def _run_ray(server_app, client_app, cfg: RunConfig, data_dir) -> None:
     if data_dir:  # Ray workers inherit the environment; nodes read $FEDGCA_DATA_DIR
         os.environ["FEDGCA_DATA_DIR"] = str(Path(data_dir).resolve())
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   # the local Ray instance listens on the loopback interface only
-                                   "init_args": {"num_cpus": available_cores(), **pin_loopback()}})
+    # Ray's nodes have no node configs: they inherit this for the run (and only this run: in-process nodes after it
+    # must not pick it up)
+    saved = os.environ.get(NODE_DEFAULTS_ENV)
+    os.environ[NODE_DEFAULTS_ENV] = json.dumps(node_defaults)
+    try:
+        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                       # the local Ray instance listens on the loopback interface only
+                                       "init_args": {"num_cpus": available_cores(), **pin_loopback()}})
+    finally:
+        if saved is None:
+            os.environ.pop(NODE_DEFAULTS_ENV, None)
+        else:
+            os.environ[NODE_DEFAULTS_ENV] = saved
