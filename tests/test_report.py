@@ -349,3 +349,83 @@ def test_a_sweep_in_progress_lists_its_unfinished_runs_and_the_scorecard_says_wh
         _write(root / sweep.RUNS, c, 0.6491)
     report.write_report(root, out, plots=False, data_dir=data_dir)
     assert not (out / report.PENDING).exists() and "Not finished" not in (out / "report.md").read_text()
+
+
+# ---------------------------------------------------------------------------- issue #62: ranks and figures
+
+
+def test_the_nemenyi_q_is_demsars_table_and_goes_on_past_ten_columns():
+    """scipy's studentized range gives Demšar's (2006) Table 5 for k ≤ 10 (to its three decimals' rounding) and the
+    published values beyond it (q_0.05(k, ∞)/√2: 3.219 at k = 11, 3.391 at k = 15), so the default bench's 11
+    columns get a critical difference."""
+    from fedgca.reporting import bench
+
+    demsar = {2: 1.960, 3: 2.343, 4: 2.569, 5: 2.728, 6: 2.850, 7: 2.949, 8: 3.031, 9: 3.102, 10: 3.164}
+    for k, q in demsar.items():
+        assert bench.nemenyi_q(k) == pytest.approx(q, abs=1.5e-3), k
+    assert bench.nemenyi_q(11) == pytest.approx(3.219, abs=1e-3) and bench.nemenyi_q(15) == pytest.approx(3.391, abs=1e-3)
+    assert bench.critical_difference(11, 25) == pytest.approx(3.219 * (11 * 12 / (6 * 25)) ** 0.5, rel=1e-3)
+
+
+def _rank_table(k=11, n=25, seed=0):
+    import numpy as np
+
+    from fedgca.reporting import bench
+
+    rng = np.random.default_rng(seed)
+    cols = ["centralized", "single", "fedavg", "fedprox", "gca", "pyod-ae", "iforest", "ecod", "knn", "lof",
+            "knn-site"][:k]  # the default bench's 11 columns
+    m = rng.normal(size=(n, k)) + np.linspace(0, 2, k)  # later columns better on average
+    rk = np.array([bench.ranks(row) for row in m])
+    rank = dict(zip(cols, rk.mean(axis=0)))
+    cd = bench.critical_difference(k, n)
+    return {"partition": "iid", "metric": "auroc", "columns": cols, "rows": [],
+            "summary": {"complete_files": [f"f{i}" for i in range(n)], "rank": rank, "mean": dict(zip(cols, m.mean(0))),
+                        "cd": cd, "friedman": bench.friedman(m), "cliques": bench.cliques(rank, cd), "wtl": {}}}
+
+
+def test_friedman_cd_and_cliques_are_drawn_at_the_default_width():
+    """11 columns, as the default bench has: Friedman's test (scipy) in the report line, the CD bar and one bar per
+    group the test cannot tell apart, read from the figure's artists; every group spans less than CD."""
+    import numpy as np
+    from scipy.stats import friedmanchisquare
+
+    from fedgca.reporting import bench
+
+    t = _rank_table()
+    s = t["summary"]
+    assert s["friedman"][0] > 0 and s["friedman"][1] < 0.05
+    assert s["cliques"] and all(max(s["rank"][c] for c in g) - min(s["rank"][c] for c in g) < s["cd"]
+                                for g in s["cliques"])
+    m = np.array([[0.9, 0.8, 0.7], [0.85, 0.8, 0.6], [0.7, 0.9, 0.5]])
+    assert bench.friedman(m) == pytest.approx(tuple(friedmanchisquare(*m.T)))
+    gids = [line.get_gid() for line in bench.rank_figure(t).axes[0].lines]
+    assert "cd" in gids and sum(1 for g in gids if g and g.startswith("clique-")) == len(s["cliques"])
+    line = bench.rank_line(t)
+    assert f"CD = {s['cd']:.2f}" in line and "Friedman's χ² = " in line and "(q = 3.219)" in line
+
+
+def test_plotting_leaves_the_users_matplotlib_backend_alone(tmp_path):
+    """A notebook has loaded pyplot with its backend; fedgca's plots (the report's bars and curves, the bench's CD
+    diagram, the privacy curves, the attack grid) draw through matplotlib's object API and leave it as it was."""
+    import subprocess
+    import sys
+
+    code = f"""
+import matplotlib
+matplotlib.use("svg")
+import matplotlib.pyplot as plt
+import numpy as np
+from pathlib import Path
+from fedgca.reporting import plots, bench, privacy
+from fedgca.attacks.run import save_grid
+sys_path = Path({str(tmp_path)!r})
+plots.grouped_bars(sys_path / "a.png", "t", ["x", "y"], [("m", [1, 2], [0.1, 0.2])], "acc")
+plots.curves_plot(sys_path / "b.png", "t", {{"m": [{{"round": 1, "mean": 0.5, "std": 0.1}}]}})
+save_grid(sys_path / "c.png", np.zeros((3, 1, 4, 4)), np.zeros((5, 1, 4, 4)))
+print(matplotlib.get_backend())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "svg"
+    assert all((tmp_path / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in ("a.png", "b.png", "c.png"))

@@ -19,6 +19,7 @@ from fedgca.data import VISION, registry
 from fedgca.data.partition import SMALL_SITES
 from fedgca.evaluation import signals
 from fedgca.protocol.clustering.base import BACKEND_NAMES
+from fedgca.protocol import server_opt
 from fedgca.protocol.fedprox import effective_coefficient
 
 # SPEC §4 table: (clients C, K*, upload fraction ρ) per dataset.
@@ -111,6 +112,12 @@ class RunConfig:
                                 "needed more EM iterations, not fewer (docs/results/bench_gmm_warm.txt)")
     fedprox_mu: float = _opt(1e-2, "FedProx μ ≥ 0")
     fedprox_coef: float | None = _opt(None, "FedProx effective coefficient c ≥ 0", preset="μ/(2B)")
+    server_lr: float | None = _later(None, "server optimizers (FedAvgM, FedAdam, FedYogi, FedAdagrad): the server "
+                                           "learning rate η > 0", preset="the optimizer's (protocol/<opt>.py)")
+    server_momentum: float = _later(0.9, "FedAvgM's server momentum β ∈ [0, 1)")
+    server_beta1: float = _later(0.9, "FedAdam/FedYogi's first-moment β₁ ∈ [0, 1)")
+    server_beta2: float = _later(0.99, "FedAdam/FedYogi's second-moment β₂ ∈ [0, 1)")
+    server_tau: float = _later(1e-3, "FedAdam/FedYogi/FedAdagrad's adaptivity τ > 0")
     dp_clip: float = _opt(1.0, "DP-FedAvg clipping norm > 0")
     dp_sigma: float = _opt(1.0, "DP-FedAvg noise multiplier σ ≥ 0")
     dp_delta: float = _opt(1e-5, "δ ∈ (0, 1) of the reported ε (DP-FedAvg, DP-GCA, DP-SGD-FedAvg)")
@@ -177,6 +184,8 @@ class RunConfig:
             k=self.k if self.k is not None else preset.get("k"),
             rho=self.rho if self.rho is not None else preset.get("rho"),
         )
+        if cfg.server_lr is None and cfg.spec.server_opt:
+            cfg = dataclasses.replace(cfg, server_lr=server_opt.default_lr(cfg.spec.server_opt))
         if cfg.fedprox_coef is None and _is_number(cfg.fedprox_mu) and _is_number(cfg.batch_size) and cfg.batch_size:
             cfg = dataclasses.replace(cfg, fedprox_coef=effective_coefficient(cfg.fedprox_mu, cfg.batch_size))
         cfg.validate()
@@ -266,6 +275,11 @@ class RunConfig:
                 _check(self, name, float, lambda v: v > 0, "> 0")
         for name in ("gamma", "fedprox_mu", "fedprox_coef", "dp_sigma", "dp_grad_sigma", "dp_code_sigma"):
             _check(self, name, float, lambda v: v >= 0, "≥ 0")
+        for name in ("server_momentum", "server_beta1", "server_beta2"):
+            _check(self, name, float, lambda v: 0 <= v < 1, "in [0, 1)")
+        _check(self, "server_tau", float, lambda v: v > 0, "> 0")
+        if self.server_lr is not None:
+            _check(self, "server_lr", float, lambda v: v > 0, "> 0")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -39,6 +39,7 @@ class MethodSpec:
     pooled: bool = False  # one model trained on every client's rows together (a reference, not a federation)
     client_term: str | None = None  # what a client adds to L_recon: "proximal" (FedProx's c·||θ − θ^(r)||²)
     secure: bool = False  # its server receives sums over clients only (SecAgg+): replies, evaluations, selection
+    server_opt: str | None = None  # parameter sharing: the server optimizer applied to the mean (protocol/server_opt)
 
     @property
     def options(self) -> frozenset:
@@ -95,6 +96,17 @@ register(MethodSpec("secagg-fedavg", "SecAgg-FedAvg", "parameter-sharing", _SHAR
 register(MethodSpec("secagg-fedprox", "SecAgg-FedProx", "parameter-sharing", _SHARING | {"fedprox_mu", "fedprox_coef"},
                     flower=True, attack="white-box", server_rule="fedavg", client_term="proximal", in_paper=False,
                     secure=True))
+# Server optimizers (Reddi et al. 2021; algorithms/server_opt.py): the server steps its own optimizer on the clients'
+# weighted mean — all it needs of them, so each also runs under secure aggregation.
+_SERVER_OPT = {"fedavgm": ("FedAvgM", {"server_lr", "server_momentum"}),
+               "fedadam": ("FedAdam", {"server_lr", "server_beta1", "server_beta2", "server_tau"}),
+               "fedyogi": ("FedYogi", {"server_lr", "server_beta1", "server_beta2", "server_tau"}),
+               "fedadagrad": ("FedAdagrad", {"server_lr", "server_tau"})}
+for _name, (_label, _reads) in _SERVER_OPT.items():
+    register(MethodSpec(_name, _label, "parameter-sharing", _SHARING | _reads, flower=True, attack="white-box",
+                        server_rule="fedavg", in_paper=False, server_opt=_name))
+    register(MethodSpec(f"secagg-{_name}", f"SecAgg-{_label}", "parameter-sharing", _SHARING | _reads, flower=True,
+                        attack="white-box", server_rule="fedavg", in_paper=False, secure=True, server_opt=_name))
 # GCA whose server never receives a code: EM on securely summed statistics (algorithms/secure_gca.py).
 register(MethodSpec("secagg-gca", "SecAgg-GCA", "gca", _GCA, flower=True, attack=None, paper_phase="recon",
                     in_paper=False, secure=True))

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from fedgca.evaluation.selection import DETECTION, METRIC_FIELDS
+from fedgca.filehash import file_digest
 
 CONFIG = "config.json"
 CHECKPOINT = "checkpoint.pt"
@@ -46,8 +47,10 @@ def _atomic(path: Path, write, *, durable: bool = True, before_replace=None) -> 
     """``write(file)`` into ``path``'s temporary sibling, then swap it in: a kill at any moment leaves the
     old file or the new one.
 
-    ``durable``: fsync before the swap (off for files rebuilt from the checkpoint on resume, such as
-    metrics.csv). ``before_replace`` runs between the write and the swap.
+    ``durable``: fsync the file before the swap and its directory after it — the rule for every file fedgca must not
+    lose: the new file's data and its new name both reach the disk, so it survives a power loss, not only a killed
+    process (off for files rebuilt from the checkpoint on resume, such as metrics.csv). ``before_replace`` runs
+    between the write and the swap.
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -60,12 +63,30 @@ def _atomic(path: Path, write, *, durable: bool = True, before_replace=None) -> 
         if before_replace is not None:
             before_replace()
         os.replace(tmp, path)
+        if durable:
+            fsync_directory(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
 
 
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX: the directory entry is data of the directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # a platform without directory handles (Windows): the rename is as durable as it gets
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     data = text.encode()
+    _atomic(path, lambda f: f.write(data), durable=durable)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     _atomic(path, lambda f: f.write(data), durable=durable)
 
 
@@ -137,8 +158,8 @@ def save_tensors(path: Path, obj) -> None:
 
 
 def sha256_of(path: Path) -> str:
-    with Path(path).open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    """A file's SHA-256 (``fedgca.filehash``): what the manifest records."""
+    return file_digest(path)
 
 
 def _read_manifest(run_dir: Path) -> dict:

@@ -3,7 +3,7 @@ class with ``base.implements``) and any added with ``base.register``."""
 from __future__ import annotations
 
 from fedgca import methods
-from fedgca.algorithms import alone, gca, secure, secure_gca, sharing  # noqa: F401 — the built-in methods register on import
+from fedgca.algorithms import alone, gca, secure, secure_gca, server_opt, sharing  # noqa: F401 — the built-in methods register on import
 from fedgca.algorithms.base import _CLASSES, FederatedMethod
 
 

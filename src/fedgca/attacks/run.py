@@ -165,17 +165,15 @@ def attack_run(run_dir, *, victim: int = 0, source=None, data_dir=None, surrogat
 
 def save_grid(path: Path, targets: np.ndarray, outputs: np.ndarray, n: int = 8) -> Path:
     """PNG: n victim images (top) above their MSE-nearest attack outputs (bottom)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: the process's backend stays the user's
 
     from fedgca.attacks.metrics import nearest_by_mse
 
     picks = seeding.rng(0, "attack-grid").choice(len(targets), size=min(n, len(targets)), replace=False)
     x = targets[picks]
     r = outputs[nearest_by_mse(x, outputs)]
-    fig, axes = plt.subplots(2, len(x), figsize=(1.6 * len(x), 3.4), squeeze=False)
+    fig = Figure(figsize=(1.6 * len(x), 3.4))
+    axes = fig.subplots(2, len(x), squeeze=False)
     for j in range(len(x)):
         for row, img in enumerate((x[j], r[j])):
             im = np.clip((np.transpose(img, (1, 2, 0)) + 1) / 2, 0, 1)
@@ -185,7 +183,6 @@ def save_grid(path: Path, targets: np.ndarray, outputs: np.ndarray, n: int = 8) 
     axes[1, 0].set_title("nearest attack output", fontsize=8, loc="left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -76,6 +76,25 @@ def _out(args, cfg, kind: str) -> Path:
     return Path(args.out) if args.out else Path("runs") / f"{cfg.dataset}-{cfg.method}-{cfg.seed}-flower-{kind}"
 
 
+def _table(summary: dict, out: Path) -> str:
+    """The end of a Flower run in a few lines: rounds, who took part, the final and selected metrics, the files."""
+    from fedgca.tabletext import markdown
+
+    part = summary.get("participation") or []
+    took = [len(p.get("took_part", [])) for p in part]
+    dropped = sum(len(p.get("dropped", {})) for p in part)
+    rows = [["rounds", f"{len(part)} of {summary.get('rounds')}"],
+            ["clients took part per round", f"{min(took)}–{max(took)} of {summary.get('clients')}" if took else "–"],
+            ["dropped (node-rounds)", str(dropped)]]
+    for p in ("final", "selected"):
+        if p in summary:
+            rows.append([f"{p} AUROC / AUPRC", f"{summary[p]['auroc']:.4f} / {summary[p]['auprc']:.4f}"
+                         + (f" (round {summary[p]['round']})" if "round" in summary[p] else "")])
+    rows += [["wall seconds", f"{summary.get('wall_seconds', 0):.1f}"],
+             ["results (metrics.csv, comm.json, clients/)", str(out)], ["full summary", str(out / "summary.json")]]
+    return markdown([f"{summary.get('method')} on {summary.get('dataset')}, seed {summary.get('seed')}", ""], rows)
+
+
 def _brief(summary: dict) -> str:
     keys = ("dataset", "method", "seed", "rounds", "clients", "wall_seconds", "round_wall_seconds")
     brief = {k: summary[k] for k in keys if k in summary}
@@ -148,8 +167,7 @@ def cmd_deploy_local(args) -> int:
     if res.returncode != 0 or not summary_path.exists():
         print(res.stdout[-4000:], file=sys.stderr)
         raise RuntimeError(f"the Flower run failed (flwr run exit code {res.returncode}); logs in {work / 'logs'}")
-    print(_brief(json.loads(summary_path.read_text())))
-    print(f"results in {out}", file=sys.stderr)
+    print(_table(json.loads(summary_path.read_text()), out))
     return 0
 
 

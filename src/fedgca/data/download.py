@@ -13,7 +13,6 @@ may place their own copy, and hashing 150 MB on every run buys nothing.
 """
 from __future__ import annotations
 
-import hashlib
 import http.client
 import logging
 import os
@@ -23,6 +22,8 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from fedgca.filehash import file_digest
 
 from .errors import DataError
 
@@ -112,23 +113,27 @@ def _check_digest(path: Path, rf: RemoteFile) -> None:
     for algo, expected in (("sha256", rf.sha256), ("md5", rf.md5)):
         if not expected:
             continue
-        h = hashlib.new(algo)
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        if h.hexdigest().lower() != expected.lower():
+        got = file_digest(path, algo)
+        if got.lower() != expected.lower():
             path.unlink(missing_ok=True)
             raise DataError(
                 f"{path}: {algo} checksum mismatch after download "
-                f"(expected {expected}, got {h.hexdigest()}); file removed"
+                f"(expected {expected}, got {got}); file removed"
             )
 
 
 def _fetch(url: str, dest: Path) -> None:
-    """Stream ``url`` to ``dest`` (network errors propagate to the caller)."""
+    """Stream ``url`` to ``dest`` (network errors propagate to the caller), with a progress bar on a terminal (none
+    in logs: a redirected stderr gets nothing)."""
+    from tqdm import tqdm
+
     req = urllib.request.Request(url, headers={"User-Agent": "fedgca"})
     with urllib.request.urlopen(req, timeout=DOWNLOAD_TIMEOUT_S) as resp, open(dest, "wb") as out:
-        shutil.copyfileobj(resp, out, length=1 << 20)
+        total = int(getattr(resp, "headers", {}).get("Content-Length") or 0) or None
+        with tqdm.wrapattr(out, "write", total=total, desc=f"downloading {dest.name.removesuffix('.part')}",
+                           unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
+                           disable=not sys.stderr.isatty()) as sink:
+            shutil.copyfileobj(resp, sink, length=1 << 20)
 
 
 def _extract_member(archive: Path, member: str, dest: Path) -> None:

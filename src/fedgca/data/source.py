@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from fedgca.filehash import file_digest
 from fedgca.lazyimport import LazyModule
 
 from .dataset import FederatedDataset
@@ -255,11 +256,7 @@ def _digest(src: DataSource) -> str:
             continue
         key = _file_key(p)
         if key not in _DIGESTS:  # hashing a 100 MB file takes ~0.2 s: once per process and file version
-            fh = hashlib.sha256()
-            with open(p, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    fh.update(block)
-            _DIGESTS[key] = fh.hexdigest()
+            _DIGESTS[key] = file_digest(p)
         h.update(p.name.encode() + b"\0" + _DIGESTS[key].encode())
     return h.hexdigest()[:16]
 

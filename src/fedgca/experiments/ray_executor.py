@@ -37,6 +37,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from fedgca import rundir
 from fedgca.ray_local import node_addresses, pin_loopback
 
 log = logging.getLogger("fedgca")
@@ -125,14 +126,13 @@ def bundle(out: Path) -> dict | None:
 
 
 def unpack(files: dict[str, bytes], out: Path) -> None:
-    """Write a run's returned files into ``out``, each atomically, ``summary.json`` last."""
+    """Write a run's returned files into ``out``, each atomically and durably (``rundir``'s rule), ``summary.json``
+    last."""
     out = Path(out)
     for rel in sorted(files, key=lambda r: r == _LAST):
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.part")
-        tmp.write_bytes(files[rel])
-        os.replace(tmp, path)
+        rundir.atomic_write_bytes(path, files[rel])
 
 
 def run_all(jobs: list[tuple], execute: Callable, on_result: Callable, *, root: Path, workers: int,

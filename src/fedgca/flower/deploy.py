@@ -92,16 +92,28 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def config_toml(path, values: dict) -> Path:
+    """A ``--node-config`` / ``--run-config`` file (Flower reads a lone ``*.toml`` argument as one): any value, written
+    by tomli_w — what the processes fedgca starts are given."""
+    import tomli_w
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(dict(values)))
+    return path
+
+
 def node_config_string(nc: dict) -> str:
-    """``--node-config`` value: space-separated key=value, strings quoted (TOML values)."""
+    """The inline ``--node-config`` value a person types: space-separated key=value, each value rendered by tomli_w.
+    Flower's inline parser cannot carry a double quote inside a string: such a value needs ``config_toml``."""
+    import tomli_w
+
     parts = []
     for k, v in nc.items():
-        if isinstance(v, bool):
-            parts.append(f"{k}={'true' if v else 'false'}")
-        elif isinstance(v, (int, float)):
-            parts.append(f"{k}={v}")
-        else:
-            parts.append(f'{k}="{v}"')
+        if isinstance(v, str) and '"' in v:
+            raise ValueError(f"node config {k}={v!r}: Flower's inline key=value form cannot carry a double quote; "
+                             "write the node config to a TOML file (fedgca.flower.deploy.config_toml)")
+        parts.append(f"{k}={tomli_w.dumps({'v': v}).split(' = ', 1)[1].strip()}")
     return " ".join(parts)
 
 
@@ -117,11 +129,13 @@ def superlink_command(port: int, certs: Certificates | None = None, host: str = 
                   "--ssl-keyfile", str(certs.server_key)]
 
 
-def supernode_command(superlink: str, runtime_port: int, node_config: dict, ca_cert=None, *,
+def supernode_command(superlink: str, runtime_port: int, node_config, ca_cert=None, *,
                       warm: bool = False) -> list[str]:
-    """A SuperNode; ``warm``: its ClientApp processes come from fedgca's SuperExec (:func:`superexec_command`)."""
+    """A SuperNode; ``node_config``: a dict (inline key=value) or a TOML file's path (``config_toml``); ``warm``: its
+    ClientApp processes come from fedgca's SuperExec (:func:`superexec_command`)."""
+    config = str(node_config) if isinstance(node_config, Path) else node_config_string(node_config)
     cmd = ["flower-supernode", "--superlink", superlink, "--host", "127.0.0.1", "--port", str(runtime_port),
-           "--node-config", node_config_string(node_config),
+           "--node-config", config,
            # a SuperLink that restarts (from its --database) is dialled again for up to RECONNECT_SECONDS
            "--max-wait-time", str(RECONNECT_SECONDS)]
     cmd += ["--isolation", "process"] if warm else []
@@ -286,7 +300,8 @@ class LocalDeployment:
 
     def _start_node(self, i: int, suffix: str) -> subprocess.Popen:
         port = free_port()
-        node = self._spawn(supernode_command(self.address, port, self.node_configs[i],
+        config = config_toml(self.workdir / "node-configs" / f"node{i}.toml", self.node_configs[i])
+        node = self._spawn(supernode_command(self.address, port, config,
                                              self.certs.ca_cert if self.certs else None, warm=self.warm),
                            f"supernode{i}{suffix}.log")
         self.nodes[i] = node
@@ -314,7 +329,7 @@ class LocalDeployment:
         """``flwr run <app_dir> <connection> --stream`` (waits for the run to finish)."""
         cmd = ["flwr", "run", str(app_dir), CONNECTION, "--stream"]
         if run_config:
-            cmd += ["--run-config", node_config_string(run_config)]
+            cmd += ["--run-config", str(config_toml(self.workdir / "run-config.toml", run_config))]
         with open(self.logs / "flwr-run.log", "w") as logf:
             proc = subprocess.Popen(cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True)
@@ -331,7 +346,7 @@ class LocalDeployment:
         """Start ``flwr run`` without waiting (the caller waits on the returned process)."""
         cmd = ["flwr", "run", str(app_dir), CONNECTION, "--stream"]
         if run_config:
-            cmd += ["--run-config", node_config_string(run_config)]
+            cmd += ["--run-config", str(config_toml(self.workdir / "run-config.toml", run_config))]
         return self._spawn(cmd, "flwr-run.log")
 
     def kill_node(self, i: int, sig: int = signal.SIGKILL) -> None:

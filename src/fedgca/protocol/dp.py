@@ -189,7 +189,10 @@ def calibrate(schedules: list[ClientSchedule], dp: RecordDP, delta: float, targe
         trial = RecordDP(dp.grad_clip, sigma, dp.code_clip, sigma, dp.stats_sigma)
         return max(client_epsilons(distinct, trial, delta))
 
-    # bracket, then regula falsi (Illinois) on log ε(log σ), which is close to a line: a few accountant calls
+    # bracket, then regula falsi (Illinois) on log ε(log σ), which is close to a line: a few accountant calls.
+    # Measured against scipy.optimize.brentq on the same bracket (its xtol set to land in the same band), targets
+    # ε = 1, 4, 10, 50: both land in the band; this takes 7–8 accountant calls, brentq 9–10 (each 0.3–0.6 s on a
+    # 2-core machine), and brentq's σ differs by up to 0.14 % — it would move every committed DP run. Kept.
     lo, hi = 0.5, 1.0
     f_hi = worst(hi)
     while f_hi > target_epsilon:

@@ -4,12 +4,14 @@ For each partition and metric (AUROC and AUPRC at the honest selection point: th
 validation error, no test labels), mean ± std over seeds per file; per column the mean over the files every
 column has, the average rank (1 = best; ties share their mean rank) and, for the federated methods, win / tie /
 loss against Centralized, Single-Client and the best centralized peer (a tie: the seed means within ``TIE_PP``),
-that peer named in a headline line; a rank diagram
-with the Nemenyi critical difference; and one line per file saying what it is. Written from a bench directory's
+that peer named in a headline line; Friedman's test over the files, and a rank diagram with the Nemenyi critical
+difference and the groups of columns it cannot tell apart (Demšar 2006; scipy's studentized range and Friedman
+test, for any number of columns); and one line per file saying what it is. Written from a bench directory's
 files alone (``fedgca.experiments.bench``), so a report can be made while the bench still runs.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -22,8 +24,48 @@ from fedgca.tabletext import csv_text, markdown
 METRICS = ("auroc", "auprc")
 PROTOCOL = "selected"
 TIE_PP = 0.5  # |Δ| of the seed means, in percentage points, that counts as a tie
-# Nemenyi two-tailed q_0.05 (Demšar 2006, Table 5), by number of compared columns
-Q05 = {2: 1.960, 3: 2.343, 4: 2.569, 5: 2.728, 6: 2.850, 7: 2.949, 8: 3.031, 9: 3.102, 10: 3.164}
+ALPHA = 0.05  # the rank tests' level
+
+
+@functools.lru_cache(maxsize=None)
+def nemenyi_q(k: int, alpha: float = ALPHA) -> float:
+    """Nemenyi's two-tailed q_α for k compared columns: the studentized range's 1 − α point (infinite degrees of
+    freedom) over √2 — Demšar's Table 5 for k ≤ 10, and on for any k."""
+    from scipy.stats import studentized_range
+
+    return float(studentized_range.ppf(1 - alpha, k, np.inf) / math.sqrt(2))
+
+
+def critical_difference(k: int, n: int, alpha: float = ALPHA) -> float:
+    """The Nemenyi critical difference of average ranks over k columns and n files."""
+    return nemenyi_q(k, alpha) * math.sqrt(k * (k + 1) / (6 * n)) if k >= 2 and n >= 1 else float("nan")
+
+
+def friedman(m: np.ndarray) -> tuple[float, float]:
+    """Friedman's χ² and p-value over the files (rows) of ``m`` [files, columns] (NaN, NaN below 3 columns or 2
+    files): whether the columns' ranks differ at all before the post-hoc test reads them."""
+    from scipy.stats import friedmanchisquare
+
+    if m.shape[1] < 3 or m.shape[0] < 2:
+        return float("nan"), float("nan")
+    res = friedmanchisquare(*m.T)
+    return float(res.statistic), float(res.pvalue)
+
+
+def cliques(rank: dict, cd: float) -> list[list[str]]:
+    """The maximal groups of columns, adjacent in rank, whose average ranks lie within the critical difference (the
+    bars of a CD diagram: the test cannot tell the columns of a group apart)."""
+    if not math.isfinite(cd):
+        return []
+    order = sorted(rank, key=rank.get)
+    groups = []
+    for i in range(len(order)):
+        j = i
+        while j + 1 < len(order) and rank[order[j + 1]] - rank[order[i]] < cd:
+            j += 1
+        if j > i and not any(set(order[i:j + 1]) <= set(g) for g in groups):
+            groups.append(order[i:j + 1])
+    return groups
 
 
 def load(root) -> dict:
@@ -100,13 +142,9 @@ def cell_means(records, partition: str, metric: str) -> dict[tuple[str, str], li
 
 def ranks(values: np.ndarray) -> np.ndarray:
     """Rank of each entry of a row, 1 = highest, ties at their mean rank."""
-    order = (-values).argsort(kind="stable")
-    r = np.empty(len(values))
-    r[order] = np.arange(1, len(values) + 1)
-    for v in np.unique(values):
-        same = values == v
-        r[same] = r[same].mean()
-    return r
+    from scipy.stats import rankdata
+
+    return rankdata(-np.asarray(values, dtype=float), method="average")
 
 
 def table(data: dict, partition: str, metric: str) -> dict:
@@ -128,7 +166,9 @@ def table(data: dict, partition: str, metric: str) -> dict:
         summary["mean"] = dict(zip(columns, m.mean(axis=0)))
         summary["rank"] = dict(zip(columns, rk.mean(axis=0)))
         k, n = len(columns), len(complete)
-        summary["cd"] = Q05.get(k, float("nan")) * math.sqrt(k * (k + 1) / (6 * n)) if k >= 2 else float("nan")
+        summary["cd"] = critical_difference(k, n)
+        summary["friedman"] = friedman(m)
+        summary["cliques"] = cliques(summary["rank"], summary["cd"])
         from fedgca.experiments.peers import PEERS
 
         peers = [c for c in plan["peers"] if c in columns and not PEERS[c].per_site]
@@ -165,6 +205,20 @@ def headline(t: dict) -> str | None:
     deltas = ", ".join(f"{column_label(c)} {s['mean'][c] - s['mean'][best]:+.2f}" for c in methods)
     return (f"Best centralized peer ({t['metric'].upper()}, {t['partition']}): **{column_label(best)}**, mean "
             f"{s['mean'][best]:.2f} over {len(s['complete_files'])} files; each method's mean − its: {deltas} pp.")
+
+
+def rank_line(t: dict) -> str | None:
+    """The rank tests in one paragraph: Friedman's χ² and p, the Nemenyi CD, the groups it cannot tell apart."""
+    s = t["summary"]
+    if "rank" not in s:
+        return None
+    chi2, p = s["friedman"]
+    k, n = len(t["columns"]), len(s["complete_files"])
+    groups = "; ".join("{" + ", ".join(column_label(c) for c in g) + "}" for g in s["cliques"]) or "none"
+    test = (f"Friedman's χ² = {chi2:.2f} over {n} files and {k} columns, p = {p:.3g}" if math.isfinite(chi2)
+            else "Friedman's test needs 3 columns and 2 files")
+    return (f"Rank tests (α = {ALPHA}): {test}; Nemenyi critical difference of average ranks CD = {s['cd']:.2f} "
+            f"(q = {nemenyi_q(k):.3f}); groups the test cannot tell apart (within CD): {groups}.")
 
 
 def _fmt(cell) -> str:
@@ -235,20 +289,27 @@ def _file_note(f: dict) -> str:
 
 
 def rank_plot(path: Path, t: dict) -> Path | None:
-    """Average ranks on one axis with the Nemenyi critical difference, as ADBench and Demšar draw it."""
+    """Average ranks on one axis with the Nemenyi critical difference and its groups, as ADBench and Demšar draw it."""
+    fig = rank_figure(t)
+    if fig is None:
+        return None
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def rank_figure(t: dict):
+    """The CD diagram of a table (``rank_plot``) as a matplotlib ``Figure``, or None without ranks."""
     s = t["summary"]
     if "rank" not in s:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: the process's backend stays the user's
 
     items = sorted(s["rank"].items(), key=lambda kv: kv[1])
     k = len(items)
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.32 * k))
+    fig = Figure(figsize=(8, 1.2 + 0.32 * k + 0.12 * len(s.get("cliques", []))))
+    ax = fig.subplots()
     ax.set_xlim(k + 0.5, 0.5)  # rank 1 on the right, as in CD diagrams
-    ax.set_ylim(-1.5, k)
+    ax.set_ylim(-1.5 - 0.12 * len(s.get("cliques", [])), k)
     ax.get_yaxis().set_visible(False)
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
@@ -257,14 +318,16 @@ def rank_plot(path: Path, t: dict) -> Path | None:
         ax.plot(r, -0.2, "o", color="C0" if c in registry.REGISTRY else "C1")
         ax.text(r, k - i - 0.4, f"{column_label(c)} ({r:.2f})", ha="center", va="bottom", fontsize=8)
     if math.isfinite(s.get("cd", float("nan"))):
-        ax.plot([1, 1 + s["cd"]], [-1.1, -1.1], color="k", lw=2)
+        ax.plot([1, 1 + s["cd"]], [-1.1, -1.1], color="k", lw=2, gid="cd")
         ax.text(1 + s["cd"] / 2, -1.0, f"CD = {s['cd']:.2f}", ha="center", va="bottom", fontsize=8)
+        for j, group in enumerate(s.get("cliques", [])):  # columns the test cannot tell apart, joined by a bar
+            lo, hi = min(s["rank"][c] for c in group), max(s["rank"][c] for c in group)
+            ax.plot([lo - 0.03, hi + 0.03], [-0.45 - 0.12 * j] * 2, color="C3", lw=3, solid_capstyle="round",
+                    gid=f"clique-{j}")
     ax.set_xlabel(f"average rank over {len(s['complete_files'])} files ({t['metric'].upper()}, {t['partition']}; "
                   "1 = best)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def write(root, out=None, plots: bool = True) -> dict:
@@ -305,6 +368,9 @@ def write(root, out=None, plots: bool = True) -> dict:
             if head:
                 lines += [head, ""]
             lines += [render_table(t, len(plan["seeds"]))]
+            ranked = rank_line(t)
+            if ranked:
+                lines += ["", ranked]
             (out / f"{metric}_{partition}.csv").write_text(table_csv(t))
             if plots and rank_plot(out / f"ranks_{metric}_{partition}.png", t):
                 lines += [f"![average ranks](ranks_{metric}_{partition}.png)", ""]

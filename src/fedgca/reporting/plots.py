@@ -1,4 +1,5 @@
-"""PNG plots for ``fedgca report`` (matplotlib, Agg backend: no display needed).
+"""PNG plots for ``fedgca report`` (matplotlib's object API: a ``Figure`` saved to PNG needs no display and no
+pyplot, and leaves the process's backend alone — a notebook's ``plt.show()`` keeps working).
 
 - ``acc_<partition>_<protocol>.png``: accuracy bars with std error bars, per dataset and method;
 - ``attack_ntmse.png`` / ``attack_delta_cos.png``: leakage metrics per dataset and method;
@@ -11,14 +12,11 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from fedgca.reporting import tables  # noqa: E402
+from fedgca.reporting import tables
 
 PROTOCOL_SHORT = {"peak": "paper protocol (peak over evaluations)", "final": "final round",
                   "selected": "validation-selected round"}
@@ -34,7 +32,8 @@ def grouped_bars(path: Path, title: str, categories: list[str], series: list[tup
     n = max(1, len(series))
     width = 0.8 / n
     x = np.arange(len(categories))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(categories) * max(1, n / 3)), 4.2))
+    fig = Figure(figsize=(max(6.0, 1.2 * len(categories) * max(1, n / 3)), 4.2))
+    ax = fig.subplots()
     for i, (label, means, stds) in enumerate(series):
         means = np.asarray(means, dtype=float)
         stds = np.nan_to_num(np.asarray(stds, dtype=float))
@@ -51,12 +50,12 @@ def grouped_bars(path: Path, title: str, categories: list[str], series: list[tup
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
 def curves_plot(path: Path, title: str, curves: dict[str, list[dict]]) -> Path:
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig = Figure(figsize=(6.5, 4.2))
+    ax = fig.subplots()
     for label, pts in curves.items():
         pts = sorted(pts, key=lambda p: p["round"])
         r = np.array([p["round"] for p in pts])
@@ -72,7 +71,6 @@ def curves_plot(path: Path, title: str, curves: dict[str, list[dict]]) -> Path:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 

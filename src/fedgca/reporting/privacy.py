@@ -131,10 +131,7 @@ def markdown(rows: list[dict]) -> str:
 def write(out: Path, rows: list[dict]) -> list[Path]:
     """privacy.csv and the PNG curves (utility; leakage where attacked)."""
     write_csv(out, rows)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: the process's backend stays the user's
 
     images = []
     datasets = sorted({r["dataset"] for r in rows}, key=tables.dataset_rank)
@@ -143,7 +140,8 @@ def write(out: Path, rows: list[dict]) -> list[Path]:
     if any(r["n_attacked"] for r in rows):
         panels += [("ntmse", "attack NTMSE (higher: less leakage)"), ("delta_cos", "attack Δcos (lower: less leakage)")]
     for ds in datasets:
-        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
+        fig = Figure(figsize=(4.2 * len(panels), 3.6))
+        axes = fig.subplots(1, len(panels))
         for ax, (key, title) in zip(np.atleast_1d(axes), panels):
             for method in sorted({r["method"] for r in rows if r["dataset"] == ds}):
                 pts = sorted((r for r in rows if r["dataset"] == ds and r["method"] == method),
@@ -167,7 +165,6 @@ def write(out: Path, rows: list[dict]) -> list[Path]:
         fig.tight_layout()
         path = out / f"privacy_{ds}.png"
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         images.append(path)
     return images
 

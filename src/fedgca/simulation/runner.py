@@ -1,6 +1,7 @@
 """Run one federation: rounds, evaluation, checkpoints, resume and the output files."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -51,11 +52,12 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
     bar = _Progress(cfg, sim.start_round, sys.stderr.isatty() if progress is None else progress)
     metrics = rundir.MetricsWriter(out)
     wall = sim.wall_before
-    for state in sim.rounds(bar.set):
-        wall = state["wall"]
-        metrics.write(state["rows"])
-        rundir.save_checkpoint(out, state)
-        bar.done_round(state["round"], state["rows"][-1])
+    with bar.logging():  # a warning during the run (a clustering fallback) prints above the bar, not through it
+        for state in sim.rounds(bar.set):
+            wall = state["wall"]
+            metrics.write(state["rows"])
+            rundir.save_checkpoint(out, state)
+            bar.done_round(state["round"], state["rows"][-1])
 
     summary, names = sim.finish(out, wall)
     if sim.size_note:
@@ -115,6 +117,14 @@ class _Progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=cfg.rounds, initial=start, desc=f"{cfg.method}/{cfg.dataset}", unit="round")
+
+    def logging(self):
+        """Log records written through tqdm while the bar is on screen (``tqdm.contrib.logging``)."""
+        if self.bar is None:
+            return contextlib.nullcontext()
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        return logging_redirect_tqdm()
 
     def set(self, r: int, phase: str, epoch: int) -> None:
         if self.bar is not None:
