@@ -45,10 +45,13 @@ def _rounds(out: Path) -> list[dict]:
 
 
 def _per_round(rounds: list[dict]) -> dict:
+    """Seconds per round after the first (which pays the warm-up); a secure run's last round without the exchange
+    that carried its rest after it (``last_rest_seconds``: once per run, not per round)."""
     later = rounds[1:] or rounds
     middle = rounds[len(rounds) // 2] if len(rounds) > 2 else rounds[0]  # the last round also carries the last rest
-    return {"first_round": rounds[0]["wall_seconds"],
-            "round_seconds": sum(r["wall_seconds"] for r in later) / len(later),
+    own = [r["wall_seconds"] - r.get("last_rest_seconds", 0.0) for r in later]
+    return {"first_round": rounds[0]["wall_seconds"], "round_seconds": sum(own) / len(own),
+            "last_rest": rounds[-1].get("last_rest_seconds", 0.0),
             "exchanges": middle["exchanges"], "bytes_up": middle["bytes_up"], "bytes_down": middle["bytes_down"],
             "took_part": len(middle["took_part"])}
 
@@ -76,11 +79,11 @@ def deploy_section(args, root: Path, data_dir: str) -> None:
                                         (root / f"sim-{method}" / "metrics.csv").read_bytes()}
     print(f"## deploy: --nodes {args.nodes} --rounds {args.rounds}{' --tls' if args.tls else ''} (loopback, warm "
           f"SuperExec; {os.cpu_count()} CPUs); load average before {before}, after {_load()}\n")
-    print(f"{'method':<16}{'s/round':>9}{'round 1 s':>11}{'exch/round':>12}{'bytes up':>12}{'bytes down':>12}"
-          f"{'summed':>8}{'final AUROC':>13}  metrics.csv = simulator's")
+    print(f"{'method':<16}{'s/round':>9}{'round 1 s':>11}{'last rest s':>12}{'exch/round':>12}{'bytes up':>12}"
+          f"{'bytes down':>12}{'summed':>8}{'final AUROC':>13}  metrics.csv = simulator's")
     for m, r in rows.items():
-        print(f"{m:<16}{r['round_seconds']:>9.2f}{r['first_round']:>11.2f}{r['exchanges']:>12}{r['bytes_up']:>12,}"
-              f"{r['bytes_down']:>12,}{r['took_part']:>8}{r['auroc']:>13.6f}  {r['same']}")
+        print(f"{m:<16}{r['round_seconds']:>9.2f}{r['first_round']:>11.2f}{r['last_rest']:>12.2f}{r['exchanges']:>12}"
+              f"{r['bytes_up']:>12,}{r['bytes_down']:>12,}{r['took_part']:>8}{r['auroc']:>13.6f}  {r['same']}")
     print()
     for plain, secure in PAIRS:
         a, b = rows[plain], rows[secure]

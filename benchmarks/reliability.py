@@ -358,8 +358,8 @@ def server_kills(data_dir, tmp: Path, nodes: int = 6, rounds: int = 6) -> list[d
         same_metrics = (out / "metrics.csv").exists() and (out / "metrics.csv").read_bytes() == (ref / "metrics.csv").read_bytes()
 
         def untimed(path):
-            return [{k: v for k, v in r.items() if k not in ("wall_seconds", "phase_seconds", "rejoined", "dropped")}
-                    for r in json.loads(path.read_text())]
+            timing = ("wall_seconds", "phase_seconds", "last_rest_seconds", "rejoined", "dropped")
+            return [{k: v for k, v in r.items() if k not in timing} for r in json.loads(path.read_text())]
 
         same_comm = (out / "comm.json").exists() and untimed(out / "comm.json") == untimed(ref / "comm.json")
         same_detectors = all((out / "clients" / f"client_{i:03d}" / f).exists() and

@@ -19,12 +19,12 @@ class Killed(Exception):
 
 
 def _magic(**kw) -> RunConfig:
-    return RunConfig(**{"dataset": "magic", "clients": 3, "rounds": 4, "local_epochs": 1, "recon_epochs": 1,
+    return RunConfig(**{"dataset": "magic", "clients": 3, "rounds": 3, "local_epochs": 1, "recon_epochs": 1,
                         "align_epochs": 1, "seed": 100, **kw})
 
 
 def _killed_in_round_3(monkeypatch, cfg, out, data_dir):
-    """Run ``cfg`` and kill its server in round 3 of 4, after the exchange in which the nodes trained (so each node
+    """Run ``cfg`` and kill its server in round 3 of 3, after the exchange in which the nodes trained (so each node
     saved a state of round 3, which the resumed run must not use)."""
     real = flower_server.FlowerServer.exchange
 
@@ -38,11 +38,11 @@ def _killed_in_round_3(monkeypatch, cfg, out, data_dir):
     with pytest.raises(Killed):
         simulate(cfg, out, data_dir=data_dir, reply_timeout=60)
     monkeypatch.undo()
-    assert sorted({p.name.split(".")[1] for p in (out / "node-state").rglob("*.state")}) == ["r1", "r2"]
+    assert sorted({p.name.split(".")[1] for p in (out / "node-state").rglob("*.state")}) == ["r1", "r2"]  # r2: in play
 
 
 def _untimed(path):
-    return [{k: v for k, v in r.items() if k not in ("wall_seconds", "phase_seconds")}
+    return [{k: v for k, v in r.items() if k not in ("wall_seconds", "phase_seconds", "last_rest_seconds")}
             for r in json.loads(path.read_text())]
 
 
@@ -51,7 +51,7 @@ def _untimed(path):
                          ids=["gca", "fedprox", "secagg-fedavg", "gca-selection"])
 def test_a_killed_server_resumes_to_the_uninterrupted_run(tmp_path, data_dir, monkeypatch, method, extra):
     """metrics.csv, comm.json (less its timing) and every deployed detector byte for byte; without the nodes'
-    saved states the same resume ends elsewhere (what the states are for)."""
+    saved states the same resume ends elsewhere (what the states are for: checked once, for GCA)."""
     cfg = _magic(method=method, **extra)
     simulate(cfg, tmp_path / "whole", data_dir=data_dir, reply_timeout=60)
     _killed_in_round_3(monkeypatch, cfg, tmp_path / "resumed", data_dir)
@@ -66,7 +66,7 @@ def test_a_killed_server_resumes_to_the_uninterrupted_run(tmp_path, data_dir, mo
             assert a == (whole / "clients" / f"client_{i:03d}" / f).read_bytes(), (i, f)
     summary = json.loads((resumed / "summary.json").read_text())
     assert summary.get("selected") == json.loads((whole / "summary.json").read_text()).get("selected")
-    if method != "secagg-fedavg":  # a secure FedAvg client keeps only Adam's state: its rows may match anyway
+    if method == "gca" and not extra:
         shutil.rmtree(tmp_path / "no-state" / "node-state")
         simulate(cfg, tmp_path / "no-state", data_dir=data_dir, reply_timeout=60, resume=True)
         assert (tmp_path / "no-state" / "metrics.csv").read_bytes() != (whole / "metrics.csv").read_bytes()

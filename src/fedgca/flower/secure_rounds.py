@@ -135,7 +135,8 @@ def run_secure_rounds(server, cfg, method, selection, ckpt: dict | None = None) 
         log.warning("round %d: secure aggregation of its evaluation did not complete (fewer clients than its "
                     "threshold)", cfg.rounds)
     owed.record["exchanges"] += stages
-    owed.record["wall_seconds"] = round(owed.record["wall_seconds"] + time.perf_counter() - t0, 4)
+    owed.record["last_rest_seconds"] = round(time.perf_counter() - t0, 4)  # the last round's rest: its own exchange
+    owed.record["wall_seconds"] = round(owed.record["wall_seconds"] + owed.record["last_rest_seconds"], 4)
     _finish_owed(server, cfg, method, selection, owed, None if sums is None else secagg.decode(layout, sums, len(summed), s),
                  summed, len(owed.evaluators) * arrays_nbytes(payload))
     checkpoint.save(server, cfg.rounds, method, selection, {"owed": None})
