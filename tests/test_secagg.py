@@ -441,6 +441,39 @@ def test_a_client_lost_in_the_secure_round(tmp_path, data_dir, caplog, lost):
     assert all(str(i) in rounds[0]["dropped"] for i in lost)
 
 
+def test_a_client_lost_before_sharing_its_keys_leaves_the_sum_to_the_others(tmp_path, data_dir, caplog):
+    """Client 2 fails SecAgg+'s setup stage in round 2 (a node that died between rounds, still sampled): it never
+    received a key or a share, so it leaves that exchange and the others' sum completes. Flower 1.41's workflow alone
+    would list it as dropped in the unmask stage and ask the survivors for shares none holds, failing the sum
+    (``secagg_server._Workflow``)."""
+    from flwr.clientapp import ClientApp
+    from flwr.common.secure_aggregation.secaggplus_constants import Stage
+
+    from fedgca.flower import client_app as fedgca_client
+    from fedgca.flower.config import to_run_config
+    from fedgca.flower.inprocess import run_inprocess
+    from fedgca.flower.secagg import SECAGG, secure_aggregation
+    from fedgca.flower.server_app import make_server_app
+
+    def crash_at_setup(msg, context, call_next):
+        rec = msg.content.config_records.get(SECAGG) if SECAGG in msg.content.config_records else None
+        if (rec is not None and rec.get(Key.STAGE) == Stage.SETUP and msg.metadata.group_id == "2"
+                and int(context.node_config["partition-id"]) == 2):
+            raise RuntimeError("fault injection: the node is gone")
+        return call_next(msg, context)
+
+    app = ClientApp(mods=[crash_at_setup, fedgca_client.torch_threads, secure_aggregation])
+    app.query("info")(fedgca_client.info)
+    app.query("deploy")(fedgca_client.deploy)
+    app.train()(fedgca_client.train)
+    nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
+    run_inprocess(make_server_app(to_run_config(_magic(rounds=3), out_dir=str(tmp_path), reply_timeout=30.0)), app,
+                  nodes)
+    rounds = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert [r["took_part"] for r in rounds] == [[0, 1, 2], [0, 1], [0, 1, 2]]
+    assert "2" in rounds[1]["dropped"] and len(list(csv.DictReader((tmp_path / "metrics.csv").open()))) == 3
+
+
 def test_secure_methods_are_the_sum_rules():
     """FedNova needs each client's τ_i and DP-FedAvg clips each update at the server: neither is a sum."""
     from fedgca import methods

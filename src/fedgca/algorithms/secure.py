@@ -70,7 +70,7 @@ class SecureSum:
         ids = sorted(replies)
         layout = self.summed_layout(step, r)
         parts = secagg.secure_sum(layout, [self.contributions(step, replies[i]) for i in ids],
-                                  [_rounding(self.cfg.seed, r, i) for i in ids], self.secagg)
+                                  [secagg.rounding(self.cfg.seed, r, i) for i in ids], self.secagg)
         return self.read_sums(step, r, parts)
 
     # ------------------------------------------------------------------ both drivers
@@ -94,15 +94,6 @@ class SecureSum:
                         "from fedgca's generator (protocol.masks)",
             "server_learns": secure_rounds.server_learns(self, self.cfg),
             **self.secagg.flower()}}
-
-
-def _rounding(seed: int, r: int, client_id: int):
-    return lambda part: secagg.rounding_rng(seed, r, client_id, part)
-
-
-def rounding(seed: int, r: int, client_id: int):
-    """``encode``'s ``rng_of`` for a client's parts of round ``r`` (both drivers)."""
-    return _rounding(seed, r, client_id)
 
 
 @implements("secagg-fedavg", "secagg-fedprox")

@@ -30,7 +30,6 @@ from flwr.clientapp import ClientApp
 
 from fedgca import devices, privacy
 from fedgca.algorithms import ClientWork, later_step_names, method_for, secure_rounds
-from fedgca.algorithms.secure import rounding
 from fedgca.config import evaluated_clients
 from fedgca.data.encoding import released_stats
 from fedgca.evaluation import candidates
@@ -319,7 +318,7 @@ def secure_exchange(msg: Message, context: Context) -> Message:
         context.state[STATE_CONTRIBUTED] = ConfigRecord({"round": r if mine else -1})
         context.state[STATE_EVALS] = json_record(evals)
     _save(context, clients)
-    levels = secagg.encode(layout, parts, method.secagg, rounding(cfg.seed, r, cid))
+    levels = secagg.encode(layout, parts, method.secagg, secagg.rounding(cfg.seed, r, cid))
     return legacy_reply(msg, levels, method.secagg)
 
 

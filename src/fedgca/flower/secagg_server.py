@@ -63,6 +63,22 @@ class _Summed(Strategy):
         return None
 
 
+class _Workflow(SecAggPlusWorkflow):
+    """Flower's SecAggPlusWorkflow, less one defect of flwr 1.41: a node lost in the setup stage (it never received a
+    key or a share) stays among the sampled nodes, so the unmask stage lists it as dropped and asks every survivor
+    for shares of its key, which none holds — every survivor fails and the whole sum with them (seen on a 10-node
+    deployment whose 3 killed nodes were still sampled the next round). Here such a node leaves the exchange after
+    setup; a node lost later is recovered by the protocol as before."""
+
+    def setup_stage(self, grid, context, state) -> bool:
+        ok = super().setup_stage(grid, context, state)
+        if state.sampled_node_ids - state.active_node_ids:
+            state.sampled_node_ids = set(state.active_node_ids)
+            state.nid_to_neighbours = {n: nb & state.active_node_ids for n, nb in state.nid_to_neighbours.items()
+                                       if n in state.active_node_ids}
+        return ok
+
+
 class _RecordedGrid:
     """The grid as the workflow sees it: each stage's messages through the server's recorded exchange."""
 
@@ -100,7 +116,7 @@ def summed_exchange(server, r: int, targets, payload: dict, config: dict, instru
                             strategy=strategy)
     context.state[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: r + 1})
     context.state[MAIN_PARAMS_RECORD] = ArrayRecord()
-    workflow = SecAggPlusWorkflow(**s.flower(), timeout=server.opts.reply_timeout)
+    workflow = _Workflow(**s.flower(), timeout=server.opts.reply_timeout)
     grid = _RecordedGrid(server, r)
     workflow(grid, context)
     summed = sorted(c.client_id for c in targets if c.node_id in strategy.summed_nodes)

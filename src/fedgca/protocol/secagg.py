@@ -162,6 +162,11 @@ def rounding_rng(seed: int, round_idx: int, client_id: int, part: str) -> np.ran
     return seeding.rng(seed, f"secagg-rounding/{part}", round_idx, client_id)
 
 
+def rounding(seed: int, round_idx: int, client_id: int) -> Callable[[str], np.random.Generator]:
+    """``encode``'s ``rng_of`` for a client's parts of a round (both drivers)."""
+    return lambda part: rounding_rng(seed, round_idx, client_id, part)
+
+
 def encode(layout: Layout, contributions: dict[str, Contribution], s: SecAggSettings,
            rng_of: Callable[[str], np.random.Generator]) -> np.ndarray:
     """A client's vector on the grid: int64 levels in [0, T] (``to_flower`` turns them into what Flower quantises).

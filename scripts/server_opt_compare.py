@@ -1,0 +1,85 @@
+"""Server optimizers on the 25 ADBench files against the committed FedAvg, FedProx and Centralized runs of the same
+files, seeds and partitions (AUROC at the validation-selected round, ×100): the η grid, and the final bench.
+
+    .venv/bin/python scripts/server_opt_compare.py results/server_opt_grid/*/report/bench_runs.csv \\
+        --plain docs/results/adbench/report/bench_runs.csv --out docs/results/server_opt --name eta_grid
+
+Each input bench_runs.csv comes from ``fedgca bench ... --methods <optimizer> [--set server_lr=η]``; the η of a
+run is read from its run's config (``runs/<key>/config.json`` beside the report). Writes ``<name>.md`` and
+``<name>.csv``: per method, η and partition, the mean AUROC over the files where both it and the references have
+every seed, its difference to FedAvg and Centralized, and W/T/L against each (a tie: the seed means within 0.5 pp,
+as the bench report counts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+REFERENCES = ("fedavg", "fedprox", "centralized")
+TIE_PP = 0.5
+
+
+def _runs(path: Path) -> pd.DataFrame:
+    df = pd.read_csv(path)
+    runs_dir = path.parent.parent / "runs"
+    lrs = {}
+    for key in df["key"].dropna().unique():
+        cfg = runs_dir / str(key) / "config.json"
+        lrs[key] = json.loads(cfg.read_text()).get("server_lr") if cfg.exists() else None
+    df["server_lr"] = df["key"].map(lrs)
+    return df
+
+
+def compare(runs: pd.DataFrame, plain: pd.DataFrame) -> pd.DataFrame:
+    keys = ["file", "partition", "seed"]
+    ref = plain[plain["column"].isin(REFERENCES)].pivot_table(index=keys, columns="column", values="auroc")
+    rows = []
+    for (method, lr, partition), g in runs.groupby(["column", "server_lr", "partition"], dropna=False):
+        both = g.set_index(keys)[["auroc"]].join(ref, how="inner")
+        per_file = (both * 100).groupby("file").mean()
+        out = {"method": method, "server_lr": lr, "partition": partition, "files": len(per_file),
+               "seeds": int(g["seed"].nunique()), "mean": per_file["auroc"].mean()}
+        for r in REFERENCES:
+            if r in per_file:
+                d = per_file["auroc"] - per_file[r]
+                out[f"vs_{r}"] = d.mean()
+                out[f"wtl_{r}"] = f"{int((d > TIE_PP).sum())}/{int((d.abs() <= TIE_PP).sum())}/{int((d < -TIE_PP).sum())}"
+                out[f"mean_{r}"] = per_file[r].mean()
+        rows.append(out)
+    return pd.DataFrame(rows).sort_values(["partition", "method", "server_lr"])
+
+
+def markdown(table: pd.DataFrame) -> str:
+    head = ["partition", "method", "η", "files × seeds", "mean AUROC", "Δ FedAvg", "W/T/L FedAvg", "Δ FedProx",
+            "Δ Centralized", "W/T/L Centralized"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['partition']} | {r['method']} | {r['server_lr']:g} | {r['files']} × {r['seeds']} | "
+                     f"{r['mean']:.2f} | {r.get('vs_fedavg', float('nan')):+.2f} | {r.get('wtl_fedavg', '')} | "
+                     f"{r.get('vs_fedprox', float('nan')):+.2f} | {r.get('vs_centralized', float('nan')):+.2f} | "
+                     f"{r.get('wtl_centralized', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", type=Path, help="bench_runs.csv of the server-optimizer benches")
+    p.add_argument("--plain", type=Path, required=True, help="the committed bench's bench_runs.csv")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--name", default="compare")
+    args = p.parse_args(argv)
+    runs = pd.concat([_runs(path) for path in args.runs], ignore_index=True)
+    table = compare(runs, pd.read_csv(args.plain))
+    args.out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out / f"{args.name}.csv", index=False)
+    text = markdown(table)
+    (args.out / f"{args.name}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
