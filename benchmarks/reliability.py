@@ -272,7 +272,8 @@ def _checkpoint_round(out: Path):
 
 
 def _serverapp_pids(dep) -> list[int]:
-    """The ServerApp processes the SuperLink started for its runs."""
+    """The ServerApp processes the SuperLink started for its runs (``flwr-serverapp``; not the SuperExec that
+    launches them, ``flower-superexec --plugin-type serverapp``, which the SuperLink needs for the next run)."""
     from fedgca.flower.deploy import descendants
 
     out = []
@@ -281,7 +282,7 @@ def _serverapp_pids(dep) -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "serverapp" in cmd:
+        if "flwr-serverapp" in cmd:
             out.append(pid)
     return out
 
@@ -294,7 +295,10 @@ def _share_keys_in(out: Path, r: int, n: int) -> bool:
                if '"secagg.share_keys"' in line and '"up"' in line and f'"round": {r + 1},' in line) >= n
 
 
-def server_kills(data_dir, tmp: Path, nodes: int = 6, rounds: int = 6) -> list[dict]:
+SERVER_PLAN = (("gca", "superlink"), ("secagg-fedavg", "superlink"), ("gca", "serverapp"), ("secagg-fedavg", "secagg"))
+
+
+def server_kills(data_dir, tmp: Path, nodes: int = 6, rounds: int = 6, plan=SERVER_PLAN) -> list[dict]:
     """A 6-node TLS deployment whose server dies (issue #60): the SuperLink and its ServerApp SIGKILLed after round
     3 and restarted from the SuperLink's --database, the ServerApp alone SIGKILLed, the ServerApp SIGKILLed inside a
     SecAgg+ exchange once every node's key shares were in; each time `flwr run` again with resume=true. Against the
@@ -309,7 +313,6 @@ def server_kills(data_dir, tmp: Path, nodes: int = 6, rounds: int = 6) -> list[d
     limit_threads(1)
     data_dir = str(Path(data_dir).resolve())
     rows = []
-    plan = [("gca", "superlink"), ("secagg-fedavg", "superlink"), ("gca", "serverapp"), ("secagg-fedavg", "secagg")]
     for method, kill in plan:
         cfg = RunConfig(dataset="magic", method=method, clients=nodes, rounds=rounds, local_epochs=1, recon_epochs=1,
                         align_epochs=1, k=10, seed=100).resolved()
@@ -497,6 +500,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "docs" / "results" / "reliability.md"))
     p.add_argument("--only", default="sweep,resume,files,uploads,deploy,server,load,flower-load,oom")
     p.add_argument("--clients", default="10,100,1000", help="simulator load rows")
+    p.add_argument("--server-plan", help="the server rows to run, METHOD:KILL,... (KILL: superlink|serverapp|secagg)")
     p.add_argument("--flower-clients", default="10,100")
     args = p.parse_args(argv)
     only = set(args.only.split(","))
@@ -509,7 +513,8 @@ def main(argv=None) -> int:
                  ("files", lambda: crafted_files(args.data_dir, tmp / "files")),
                  ("uploads", lambda: [bad_uploads(args.data_dir, tmp / "uploads")]),
                  ("deploy", lambda: [deployment(args.data_dir, tmp / "deploy")]),
-                 ("server", lambda: server_kills(args.data_dir, tmp / "server")),
+                 ("server", lambda: server_kills(args.data_dir, tmp / "server", plan=[
+                     tuple(x.split(":")) for x in args.server_plan.split(",")] if args.server_plan else SERVER_PLAN)),
                  ("oom", lambda: [too_large(tmp)])]
         for name, step in steps:
             if name in only:
