@@ -84,6 +84,38 @@ def test_fedgcas_masks_are_in_force_on_both_ends_and_a_reverted_generator_is_ref
         flower_masks.check()
 
 
+def test_a_secure_run_refuses_a_node_that_would_mask_otherwise(tmp_path, data_dir):
+    """A node whose fedgca predates the generator (its registration announces none) or whose Flower cannot take it:
+    the secure run stops at registration in one line, before any masked vector exists."""
+    from flwr.app import ConfigRecord
+    from flwr.clientapp import ClientApp
+
+    from fedgca.flower import client_app as fedgca_client
+    from fedgca.flower.config import to_run_config
+    from fedgca.flower.inprocess import run_inprocess
+    from fedgca.flower.masks import MaskGeneratorError
+    from fedgca.flower.records import INFO
+    from fedgca.flower.server_app import make_server_app
+
+    app = ClientApp(mods=[fedgca_client.torch_threads])
+
+    @app.query("info")
+    def info(msg, context):
+        reply = fedgca_client.info(msg, context)
+        values = dict(reply.content[INFO])
+        if int(context.node_config["partition-id"]) == 1:
+            values.pop("secagg-masks")  # an older node
+        reply.content[INFO] = ConfigRecord(values)
+        return reply
+
+    nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
+    with pytest.raises(MaskGeneratorError, match=r"^client 1 \(node \d+\) masks with 'Flower own 32-bit-seeded "
+                                                 r"generator', not 'aes256-ctr.*refused$"):
+        run_inprocess(make_server_app(to_run_config(_magic(), out_dir=str(tmp_path / "run"))), app, nodes)
+    rounds = tmp_path / "run" / "rounds.jsonl"
+    assert not rounds.exists() or rounds.read_text() == ""  # no round was played
+
+
 # ---------------------------------------------------------------------------- the summed vector
 
 
