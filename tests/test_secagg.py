@@ -414,6 +414,18 @@ def test_a_sum_of_one_contribution_is_refused_alike_in_both_drivers(tmp_path, da
     assert [c["uploads"] for c in comm] == [3, 1, 3]
 
 
+@pytest.mark.parametrize("method", ["secagg-fedavg", "secagg-gca"])
+def test_partial_participation_is_the_same_in_both_drivers(tmp_path, data_dir, method):
+    """4 clients, 2 a round: the others only evaluate in the exchange (the server's model, where it is shared)."""
+    from fedgca.flower.simulation import simulate
+    from fedgca.simulation.runner import run
+
+    cfg = _magic(method=method, clients=4, participation=0.5, rounds=2)
+    simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=60)
+    run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
+    assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
+
+
 def test_two_clients_warn_and_a_round_of_one_is_refused(tmp_path, data_dir, caplog):
     from fedgca.simulation.runner import run
 

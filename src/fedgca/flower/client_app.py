@@ -300,7 +300,7 @@ def secure_exchange(msg: Message, context: Context) -> Message:
             method.client(method.step_named(name), done["round"], work, _payload(payload, name))
         context.state[STATE_EVALS] = json_record(evals)
     if todo.get("candidate") is not None:  # the previous round's evaluation makes this candidate
-        evaluated = _secure_evaluated(clients, cfg, node, method, payload, todo.get("step"))
+        evaluated = _secure_evaluated(clients, cfg, node, method, payload)
         prev = todo.get("evaluate")
         if prev is None:  # candidate 0: the untrained model
             values = choice.observe(context, cfg, node, evaluated, 0, choice.shared(cfg, method))
@@ -322,13 +322,13 @@ def secure_exchange(msg: Message, context: Context) -> Message:
     return legacy_reply(msg, levels, method.secagg)
 
 
-def _secure_evaluated(own: StackedModels, cfg, node, method, payload: dict, step: str | None) -> StackedModels:
-    """The model a secure exchange evaluates: the server's (this round's step payload, or the deployed model after
-    the last round), or this client's own (``own``: after the previous round's later steps)."""
+def _secure_evaluated(own: StackedModels, cfg, node, method, payload: dict) -> StackedModels:
+    """The model a secure exchange evaluates: the server's — the summed step's payload, which every addressee gets
+    (a non-participant too), or after the last round the deployed model — or this client's own (``own``: after the
+    previous round's later steps)."""
     if not method.deploys_global:
         return own
-    arrays = _payload(payload, step) if step else {}
-    arrays = arrays or _payload(payload, DEPLOYED)
+    arrays = _payload(payload, DEPLOYED) or _payload(payload, method.steps[0].name)
     clients = StackedModels([init_model(cfg.seed, node.input_shape, node.client_id)])
     clients.set_all(model_state(arrays))
     return clients
