@@ -46,7 +46,7 @@ def _args(sites, method: str, out: Path) -> list[str]:
             "--rounds", "2", "--recon-epochs", "2", "--align-epochs", "1", "--local-epochs", "2", "--out", str(out)]
 
 
-@pytest.mark.parametrize("method", ["gca", "fedavg"])
+@pytest.mark.parametrize("method", ["gca", "fedavg", "secagg-fedavg"])
 def test_flower_simulation_over_site_files_equals_the_simulator(sites, tmp_path, method):
     assert main(["run", "--threads", "1", *_args(sites, method, tmp_path / "sim")]) == 0
     assert main(["flower", "simulate", *_args(sites, method, tmp_path / "flower")]) == 0
