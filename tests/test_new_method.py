@@ -49,7 +49,7 @@ class FedAvgM(ParameterSharing):
 
 @pytest.fixture
 def fedavgm():
-    spec = register(MethodSpec("fedavgm", "FedAvgM", "parameter-sharing", methods.get("fedavg").reads, flower=True,
+    spec = register(MethodSpec("demo-fedavgm", "FedAvgM (test)", "parameter-sharing", methods.get("fedavg").reads, flower=True,
                                attack="white-box", in_paper=False), FedAvgM)
     yield spec
     methods.REGISTRY.pop(spec.name)  # the registries are the process's: leave them as the other tests expect
@@ -57,7 +57,7 @@ def fedavgm():
 
 
 def test_a_method_defined_in_a_test_file_runs_on_both_drivers_to_the_same_metrics(tmp_path, data_dir, fedavgm):
-    cfg = RunConfig(dataset="magic", method="fedavgm", clients=3, rounds=3, local_epochs=1, seed=100)
+    cfg = RunConfig(dataset="magic", method="demo-fedavgm", clients=3, rounds=3, local_epochs=1, seed=100)
     sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
     fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir)
     assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()

@@ -286,7 +286,7 @@ def test_readme_usage_lists_every_run_option():
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     usage = readme.split("## Usage", 1)[1].split("fedgca score", 1)[0]
-    listed = set(re.findall(r"--[a-z][a-z-]*", usage))
+    listed = set(re.findall(r"--[a-z][a-z0-9-]*", usage))
     run_parser = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]
     actual = {o for a in run_parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
     assert listed == actual, (sorted(actual - listed), sorted(listed - actual))
