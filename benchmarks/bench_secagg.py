@@ -127,13 +127,17 @@ def dropout_section(args, root: Path, data_dir: str) -> None:
         rows[method] = {"rc": rc, "rounds": len(rounds), "kill_s": kill_s,
                         "summed": [r["took_part"] for r in rounds], "dropped": [sorted(r["dropped"]) for r in rounds],
                         "seconds": [r["wall_seconds"] for r in rounds],
+                        "last_rest": rounds[-1].get("last_rest_seconds", 0.0) if rounds else 0.0,
+                        "bytes_up": [r["bytes_up"] for r in rounds], "bytes_down": [r["bytes_down"] for r in rounds],
                         "rows": len((out / "metrics.csv").read_text().splitlines()) - 1}
     print(f"## dropout: --nodes {args.nodes} --rounds {args.rounds}{' --tls' if args.tls else ''}; SuperNodes "
           f"{killed} SIGKILLed in round 2 once every node's key shares were in; reply timeout 30 s; "
           f"load average before {before}, after {_load()}\n")
     for m, r in rows.items():
         print(f"{m}: exit {r['rc']}, {r['rounds']} rounds, {r['rows']} metric rows; summed per round "
-              f"{[len(s) for s in r['summed']]}; dropped {r['dropped']}; seconds per round {r['seconds']}")
+              f"{[len(s) for s in r['summed']]}; dropped {r['dropped']}; seconds per round {r['seconds']} (the last "
+              f"with the run's last rest, {r['last_rest']:.1f} s); bytes up per round {r['bytes_up']}, down "
+              f"{r['bytes_down']}")
     print()
 
 
