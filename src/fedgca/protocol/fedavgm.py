@@ -5,7 +5,7 @@ from __future__ import annotations
 from fedgca.protocol.fedavg import Params
 from fedgca.protocol.fedopt import ServerOptOptions
 
-DEFAULT_LR = 1.0  # Flower's server_learning_rate; chosen on the 25 ADBench files (docs/results/server_opt)
+DEFAULT_LR = 1.0  # the best of 0.1/0.3/1.0 on the 25 ADBench files (docs/results/server_opt); Flower's default
 
 
 def step(theta: Params, mean: Params, state: dict, opts: ServerOptOptions, round_idx: int) -> tuple[Params, dict]:
