@@ -184,9 +184,9 @@ class RunConfig:
             k=self.k if self.k is not None else preset.get("k"),
             rho=self.rho if self.rho is not None else preset.get("rho"),
         )
-        optimizer = getattr(methods.REGISTRY.get(cfg.method), "server_opt", None)  # unknown method: validate says so
-        if cfg.server_lr is None and optimizer:
-            cfg = dataclasses.replace(cfg, server_lr=server_opt.default_lr(optimizer))
+        _check_choice(cfg, "method")  # every default below reads the method's traits
+        if cfg.server_lr is None and cfg.spec.server_opt:
+            cfg = dataclasses.replace(cfg, server_lr=server_opt.default_lr(cfg.spec.server_opt))
         if cfg.fedprox_coef is None and _is_number(cfg.fedprox_mu) and _is_number(cfg.batch_size) and cfg.batch_size:
             cfg = dataclasses.replace(cfg, fedprox_coef=effective_coefficient(cfg.fedprox_mu, cfg.batch_size))
         cfg.validate()
