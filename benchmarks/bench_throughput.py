@@ -3,8 +3,10 @@ the GPU when there is one), side by side in one run on one machine.
 
     .venv/bin/python benchmarks/bench_throughput.py [--data-dir ../shared/data] [--rounds 2]
                                                     [--datasets academic,adult,bank,magic] [--modes ...]
+                                                    [--seeds 1] [--mode-seeds inproc-1=1,...]
 
-The grid: the paper's tabular presets here × the paper's seven methods × one seed, each run cut to ``--rounds``
+The grid: the paper's tabular presets here × the paper's seven methods × ``--seeds`` seeds (per mode with
+``--mode-seeds``: a slow mode measured on fewer runs; runs per hour stay comparable), each run cut to ``--rounds``
 rounds (the full grid's R = 100 runs would take hours per mode). Each mode runs the whole grid as a sweep into a
 fresh directory:
 
@@ -61,12 +63,13 @@ def sgemm_gflops(device: str = "cpu", n: int = 2048, repeat: int = 5) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
-def grid(datasets, rounds: int | None, device: str = "cpu") -> list[RunConfig]:
+def grid(datasets, rounds: int | None, device: str = "cpu", seeds: int = 1) -> list[RunConfig]:
     out = []
     for d in datasets:
         for m in registry.names(in_paper=True):
-            cfg = RunConfig(dataset=d, method=m, seed=100, device=device)
-            out.append(sweep.canonical(cfg if rounds is None else dataclasses.replace(cfg, rounds=rounds)))
+            for seed in range(100, 100 * (seeds + 1), 100):
+                cfg = RunConfig(dataset=d, method=m, seed=seed, device=device)
+                out.append(sweep.canonical(cfg if rounds is None else dataclasses.replace(cfg, rounds=rounds)))
     return out
 
 
@@ -89,7 +92,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--datasets", default="academic,adult,bank,magic")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--seeds", type=int, default=1, help="seeds per dataset and method (100, 200, ...)")
+    ap.add_argument("--mode-seeds", default="", help="MODE=N,...: another seed count for some modes")
     a = ap.parse_args()
+    mode_seeds = {m: int(n) for m, n in (kv.split("=") for kv in a.mode_seeds.split(",") if kv)}
     limit_threads(1)
     cuda = torch.cuda.is_available()
     datasets = [d for d in a.datasets.split(",") if d]
@@ -105,7 +111,8 @@ def main() -> int:
 
     full = sweep.predicted_flops(grid(datasets, None), a.data_dir)
     full_per_run = sum(full.values()) / len(full)
-    print(f"# throughput: {len(datasets)} dataset(s) × {len(registry.names(in_paper=True))} methods × 1 seed, "
+    print(f"# throughput: {len(datasets)} dataset(s) × {len(registry.names(in_paper=True))} methods × {a.seeds} "
+          f"seed(s) ({', '.join(f'{m}: {n}' for m, n in mode_seeds.items()) or 'every mode'}), "
           f"R = {a.rounds} per run; the full grid's runs (R = 100) predict {full_per_run / 1e12:.2f} TFLOP each")
     print(f"# {cores} core(s); sgemm {rate_1:.0f} GFLOP/s on one thread, {rate_all:.0f} on {cores}"
           + (f"; GPU {device_name}: {rate_gpu:.0f} GFLOP/s" if cuda else
@@ -114,19 +121,19 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="fedgca-throughput-") as tmp:
         for mode in modes:
-            configs = grid(datasets, a.rounds, "cuda" if mode.startswith("gpu") else "cpu")
+            configs = grid(datasets, a.rounds, "cuda" if mode.startswith("gpu") else "cpu", mode_seeds.get(mode, a.seeds))
             flops = sum(sweep.predicted_flops(configs, a.data_dir).values())
             wall = run_mode(mode, configs, a.data_dir, Path(tmp))
             peak = rate_gpu if mode.startswith("gpu") else rate_all if mode == "cpu-all" else rate_1
             rows.append((mode, wall, 3600 * len(configs) / wall, flops / wall / 1e9, peak,
                          3600 * flops / wall / full_per_run))
-    base = rows[0][1]
-    print("| mode | wall s | runs/h (R = %d) | GFLOP/s | %% of matmul rate | full-grid runs/h | speed vs %s |"
+    base = rows[0][2]  # runs per hour: modes may have run different numbers of seeds
+    print("| mode | runs | wall s | runs/h (R = %d) | GFLOP/s | %% of matmul rate | full-grid runs/h | speed vs %s |"
           % (a.rounds, rows[0][0]))
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for mode, wall, rph, gf, peak, full_rph in rows:
-        print(f"| {mode} | {wall:.1f} | {rph:.0f} | {gf:.2f} | {100 * gf / peak:.1f} % | {full_rph:.1f} | "
-              f"{base / wall:.2f}× |")
+        print(f"| {mode} | {round(rph * wall / 3600)} | {wall:.1f} | {rph:.0f} | {gf:.2f} | {100 * gf / peak:.1f} % | "
+              f"{full_rph:.1f} | {rph / base:.2f}× |")
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from fedgca.training.loop import ClientShards, run_epoch
-from fedgca.training.stacked import StackedModels
+from fedgca.training.stacked import StackedAdam, StackedModels, concat_states, select_clients
 
 
 @dataclass
@@ -210,15 +210,8 @@ def concat_models(stacks: list[StackedModels]) -> StackedModels:
     merged.num_clients = sum(s.num_clients for s in stacks)
     merged.params = {k: torch.cat([s.params[k].detach() for s in stacks]).requires_grad_(True)
                      for k in first.params}
-    from fedgca.training.stacked import StackedAdam
-
-    merged.optim = StackedAdam(merged.params, first.optim.cfg)
-    states = [s.optim.state_dict() for s in stacks]
-    merged.optim.load_state_dict({
-        "step": {k: torch.cat([st["step"][k] for st in states]) for k in first.params},
-        "m": {k: torch.cat([st["m"][k] for st in states]) for k in first.params},
-        "v": {k: torch.cat([st["v"][k] for st in states]) for k in first.params},
-        "epochs": torch.cat([st["epochs"] for st in states])})
+    merged.optim = StackedAdam(merged.params, first.optim.cfg, masked=first.optim.masked)
+    merged.optim.load_state_dict(concat_states([s.optim.state_dict() for s in stacks]))
     return merged
 
 
@@ -231,10 +224,7 @@ def split_models(merged: StackedModels, stacks: list[StackedModels]) -> None:
         sl = slice(start, start + s.num_clients)
         for k, v in s.params.items():
             v.copy_(merged.params[k][sl])
-        s.optim.load_state_dict({"step": {k: t[sl] for k, t in state["step"].items()},
-                                 "m": {k: t[sl] for k, t in state["m"].items()},
-                                 "v": {k: t[sl] for k, t in state["v"].items()},
-                                 "epochs": state["epochs"][sl]})
+        s.optim.load_state_dict(select_clients(state, sl))
         start += s.num_clients
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedgca.devices import to_numpy
 from fedgca.training.stacked import StackedModels
 
 # loss_fn(x_batch [C, B, *shape], mask [C, B]) -> per-client loss [C]
@@ -75,6 +76,11 @@ def batch_plan(rngs: list[np.random.Generator], sizes: np.ndarray, batch_size: i
     Each client's permutation comes from its own generator, so a lone client
     (the reference loop, a Flower client) draws exactly what it draws here.
     """
+    return tuple(torch.from_numpy(a) for a in host_batch_plan(rngs, sizes, batch_size))
+
+
+def host_batch_plan(rngs: list[np.random.Generator], sizes: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``batch_plan`` as NumPy arrays (int64 indices, float32 mask)."""
     n_steps = int(np.ceil(sizes.max() / batch_size))
     idx = np.zeros((n_steps * batch_size, len(sizes)), dtype=np.int64)
     mask = np.zeros_like(idx, dtype=np.float32)
@@ -82,10 +88,7 @@ def batch_plan(rngs: list[np.random.Generator], sizes: np.ndarray, batch_size: i
         idx[:n, c] = rngs[c].permutation(int(n))
         mask[:n, c] = 1.0
     shape = (n_steps, batch_size, len(sizes))
-    return (
-        torch.from_numpy(idx.reshape(shape).transpose(0, 2, 1).copy()),
-        torch.from_numpy(mask.reshape(shape).transpose(0, 2, 1).copy()),
-    )
+    return idx.reshape(shape).transpose(0, 2, 1).copy(), mask.reshape(shape).transpose(0, 2, 1).copy()
 
 
 def run_epoch(
@@ -107,18 +110,23 @@ def run_epoch(
     if broker and clients.broker is not None:
         return clients.broker.epoch(clients, shards, rngs, batch_size, loss_fn, keys, participating)
     dev = shards.device
-    idx, mask = (t.to(dev) for t in batch_plan(rngs, shards.sizes, batch_size))  # drawn on the CPU
-    mask = mask * participating.to(dev, mask.dtype).unsqueeze(-1)
+    idx, mask = host_batch_plan(rngs, shards.sizes, batch_size)  # drawn on the host
+    mask *= to_numpy(participating).astype(np.float32)[:, None]  # 0/1 times 0/1: exact wherever computed
+    # which clients step at each step [S, C], read off the host's plan: nothing inside the loop reads the device
+    active_host = mask.sum(-1) > 0
+    idx, mask = torch.from_numpy(idx).to(dev), torch.from_numpy(mask).to(dev)
+    masked = clients.optim.masked
+    if masked:  # the device engine: which clients step is a device tensor
+        active_steps = torch.from_numpy(active_host).to(dev)
+    else:  # the fused step: the stepping clients' indices
+        stepping = [np.flatnonzero(row).tolist() for row in active_host]
+    steps_on = torch.from_numpy(active_host.astype(np.float32)).to(dev)
     rows = torch.arange(shards.num_clients, device=dev).unsqueeze(-1)
     total, n_batches = torch.zeros(shards.num_clients, device=dev), torch.zeros(shards.num_clients, device=dev)
     params = [clients.params[k] for k in keys]
-    # which clients step at each step, read off the mask once per epoch rather than once per step
-    active_steps = mask.sum(-1) > 0  # [S, C]
-    stepping = [[i for i, a in enumerate(row) if a] for row in active_steps.tolist()]
     for step in range(idx.shape[0]):
-        if not stepping[step]:
+        if not active_host[step].any():
             continue
-        active = active_steps[step]
         xb = shards.x[rows, idx[step]]
         if isinstance(loss_fn, HandDifferentiated):
             loss, grads = loss_fn.loss_and_grads(xb, mask[step])
@@ -126,7 +134,11 @@ def run_epoch(
         else:
             loss = loss_fn(xb, mask[step])
             grads = dict(zip(keys, torch.autograd.grad(loss.sum(), params)))
-        clients.optim.step(grads, stepping[step])
+        if masked:
+            clients.optim.step_masked(grads, active_steps[step])
+        else:
+            clients.optim.step(grads, stepping[step])
+        active = steps_on[step]
         total += loss.detach() * active
         n_batches += active
     clients.optim.end_epoch(participating)

@@ -45,11 +45,15 @@ class StackedAdam:
     is not touched, nor is its state.
     """
 
-    def __init__(self, params: dict[str, Tensor], cfg: AdamConfig):
+    def __init__(self, params: dict[str, Tensor], cfg: AdamConfig, masked: bool = False):
         self.cfg = cfg
+        self.masked = masked  # the device engine's step (``step_masked``) instead of the fused client-sliced one
         n_clients = next(iter(params.values())).shape[0]
         # float32 like torch.optim.Adam's `step`; the kernel advances it in place
-        self.step_count = {k: torch.zeros(n_clients, device=p.device) for k, p in params.items()}
+        device = next(iter(params.values())).device
+        # step counts [tensors, C], one row per tensor (``step_masked`` updates the rows it steps at once)
+        self._steps = torch.zeros(len(params), n_clients, device=device)
+        self.step_count = dict(zip(params, self._steps.unbind(0)))
         self.exp_avg = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
         self.exp_avg_sq = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
         # StepLR counters, one step per local epoch: schedule bookkeeping, on the CPU with the participation masks
@@ -60,6 +64,12 @@ class StackedAdam:
         # tensors whose client slices are whole SIMD groups (``_whole_tensor_keys``): fixed by the shapes
         self._simd_whole = set() if simd is None else {k for k, n in self._slice_numel.items() if n % simd == 0}
         self._lrs: list[float] | None = None  # per-client learning rates, until the StepLR counters move
+        self._lr_dev: Tensor | None = None  # the same on the stack's device, for ``step_masked``
+        # β₁ᵗ and β₂ᵗ per tensor and client, as running products (``step_masked``'s bias corrections)
+        self._pows = torch.ones(len(params), 2, n_clients, device=device) if masked else None
+        self.beta_pow = dict(zip(params, self._pows.unbind(0))) if masked else None
+        self._order = {k: j for j, k in enumerate(params)}
+        self._betas = torch.tensor(cfg.betas, device=device).view(1, 2, 1) if masked else None
         self._sync_uniform()
         # per-client views (parameter, m, v, t) of each tensor: the kernel's arguments, made once
         self._client_views = {
@@ -70,6 +80,63 @@ class StackedAdam:
 
     def lr(self) -> Tensor:
         return self.cfg.lr * self.cfg.lr_gamma ** (self.epochs // self.cfg.lr_step).to(torch.float64)
+
+    @torch.no_grad()
+    def step_masked(self, grads: dict[str, Tensor], active: Tensor) -> None:
+        """One Adam step for the clients where ``active`` [C] (bool, on the stack's device) is set: the device
+        engine's step.
+
+        A fixed sequence of whole-tensor operations, the same for 1 or 10,000 clients, that reads nothing back
+        to the host: step counts, β powers and learning rates are per-client tensors, and a client that takes
+        no step keeps its slice by ``where``. Only operations that round each element once and alone (mul,
+        add, sub, div, sqrt, where; no fused multiply-add, no pow) so that a client's numbers do not depend on
+        where its slice lies in the stack: alone or among others, bit for bit (tests/test_stacked.py). Adam's
+        formulas as ``torch.optim.Adam`` computes them, whose fused kernel rounds differently: the two agree
+        to float32 precision, not bit for bit — which is why the CPU keeps the fused step."""
+        if self._lr_dev is None:
+            self._lr_dev = self.lr().to(active.device, torch.float32)
+        b1, b2, eps = self.cfg.betas[0], self.cfg.betas[1], self.cfg.eps
+        names = list(grads)
+        rows = self._rows(names)
+        # per tensor and client [n, C]: step counts, β₁ᵗ and β₂ᵗ, step size lr/(1 − β₁ᵗ), √(1 − β₂ᵗ)
+        steps, pows = self._steps[rows], self._pows[rows]
+        steps.add_(active.to(steps.dtype))
+        torch.where(active, pows * self._betas, pows, out=pows)
+        step_size = self._lr_dev / (1.0 - pows[:, 0])
+        bc2_sqrt = (1.0 - pows[:, 1]).sqrt()
+        if isinstance(rows, Tensor):  # not one contiguous range of rows: write them back
+            self._steps[rows], self._pows[rows] = steps, pows
+        ps = [self._stacked[k] for k in names]
+        ms = [self.exp_avg[k] for k in names]
+        vs = [self.exp_avg_sq[k] for k in names]
+        gs = [grads[k] for k in names]
+        shapes = [(-1,) + (1,) * (p.dim() - 1) for p in ps]
+        # m ← β₁m + (1 − β₁)g;  v ← β₂v + (1 − β₂)g²;  p ← p − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
+        m_new = torch._foreach_mul(ms, b1)
+        torch._foreach_add_(m_new, torch._foreach_mul(gs, 1.0 - b1))
+        g2 = torch._foreach_mul(gs, gs)
+        torch._foreach_mul_(g2, 1.0 - b2)
+        v_new = torch._foreach_mul(vs, b2)
+        torch._foreach_add_(v_new, g2)
+        denom = torch._foreach_sqrt(v_new)
+        torch._foreach_div_(denom, [bc2_sqrt[j].view(sh) for j, sh in enumerate(shapes)])
+        torch._foreach_add_(denom, eps)
+        update = torch._foreach_div(m_new, denom)
+        torch._foreach_mul_(update, [step_size[j].view(sh) for j, sh in enumerate(shapes)])
+        p_new = torch._foreach_sub(ps, update)
+        for j, sh in enumerate(shapes):  # a client that takes no step keeps its slice
+            sel = active.view(sh)
+            torch.where(sel, m_new[j], ms[j], out=ms[j])
+            torch.where(sel, v_new[j], vs[j], out=vs[j])
+            torch.where(sel, p_new[j], ps[j], out=ps[j])
+
+    def _rows(self, names: list[str]):
+        """The rows of ``names`` in the per-tensor buffers: a slice when they are consecutive (every tensor, or
+        the encoder's), else an index tensor."""
+        idx = [self._order[k] for k in names]
+        if idx == list(range(idx[0], idx[0] + len(idx))):
+            return slice(idx[0], idx[0] + len(idx))
+        return torch.tensor(idx, device=self._steps.device)
 
     def _sync_uniform(self) -> None:
         """Which tensors' step counts are equal across clients, read off the counts themselves.
@@ -131,7 +198,7 @@ class StackedAdam:
 
     def end_epoch(self, active: Tensor) -> None:
         self.epochs += active.long()
-        self._lrs = None
+        self._lrs = self._lr_dev = None
 
     def reset(self, clients: Tensor | None = None) -> None:
         """Fresh optimiser state (all clients, or a boolean mask of them)."""
@@ -140,28 +207,73 @@ class StackedAdam:
             self.exp_avg[k][sel] = 0
             self.exp_avg_sq[k][sel] = 0
             self.step_count[k][sel] = 0
+            if self.masked:
+                self.beta_pow[k][:, sel] = 1
         self.epochs[sel] = 0
-        self._lrs = None
+        self._lrs = self._lr_dev = None
         self._sync_uniform()
 
     def state_dict(self) -> dict:
-        return {"step": self.step_count, "m": self.exp_avg, "v": self.exp_avg_sq, "epochs": self.epochs}
+        state = {"step": self.step_count, "m": self.exp_avg, "v": self.exp_avg_sq, "epochs": self.epochs}
+        if self.masked:
+            state["beta_pow"] = self.beta_pow
+        return state
 
     def client_state_dict(self, i: int) -> dict:
         """Client i's optimiser state, shaped as a one-client ``state_dict``."""
-        one = slice(i, i + 1)
-        return {"step": {k: v[one].clone() for k, v in self.step_count.items()},
-                "m": {k: v[one].clone() for k, v in self.exp_avg.items()},
-                "v": {k: v[one].clone() for k, v in self.exp_avg_sq.items()},
-                "epochs": self.epochs[one].clone()}
+        return {k: _clone(v) for k, v in select_clients(self.state_dict(), slice(i, i + 1)).items()}
 
     def load_state_dict(self, state: dict) -> None:
         for key, mine in (("step", self.step_count), ("m", self.exp_avg), ("v", self.exp_avg_sq)):
             for k, v in state[key].items():
                 mine[k].copy_(v)
         self.epochs.copy_(state["epochs"])
-        self._lrs = None
+        if self.masked:
+            for k, pw in self.beta_pow.items():
+                if "beta_pow" in state:
+                    pw.copy_(state["beta_pow"][k])
+                else:  # state from the fused step (a CPU checkpoint): βᵗ as the running products make it
+                    pw.copy_(_running_powers(self.step_count[k], self.cfg.betas))
+        self._lrs = self._lr_dev = None
         self._sync_uniform()
+
+
+# the state entries' client axis: beta_pow holds [β₁ᵗ, β₂ᵗ] rows, [2, C]; every other entry is [C, ...]
+_CLIENT_AXIS = {"beta_pow": 1}
+
+
+def select_clients(state: dict, clients: slice) -> dict:
+    """A ``StackedAdam.state_dict`` restricted to some clients (views)."""
+    def part(key, v):
+        axis = _CLIENT_AXIS.get(key, 0)
+        return v[(slice(None),) * axis + (clients,)]
+    return {key: ({k: part(key, t) for k, t in v.items()} if isinstance(v, dict) else part(key, v))
+            for key, v in state.items()}
+
+
+def concat_states(states: list[dict]) -> dict:
+    """``StackedAdam.state_dict``s of several stacks as one, clients in order."""
+    def cat(key, parts):
+        return torch.cat(parts, dim=_CLIENT_AXIS.get(key, 0))
+    first = states[0]
+    return {key: ({k: cat(key, [st[key][k] for st in states]) for k in v} if isinstance(v, dict)
+                  else cat(key, [st[key] for st in states])) for key, v in first.items()}
+
+
+def _clone(v):
+    return {k: t.clone() for k, t in v.items()} if isinstance(v, dict) else v.clone()
+
+
+def _running_powers(steps: Tensor, betas: tuple[float, float]) -> Tensor:
+    """[β₁ᵗ, β₂ᵗ] per client for step counts t [C], multiplied up one step at a time as ``step_masked`` does
+    (so a resumed stack continues with the very numbers it would have had). Reads the largest count: host
+    sync, at load time only."""
+    out = torch.ones(2, len(steps), device=steps.device)
+    for i in range(int(steps.max().item()) if len(steps) else 0):
+        more = steps > i
+        out[0] = torch.where(more, out[0] * betas[0], out[0])
+        out[1] = torch.where(more, out[1] * betas[1], out[1])
+    return out
 
 
 def mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
@@ -233,6 +345,16 @@ def _fused_adam(p: list[Tensor], g: list[Tensor], m: list[Tensor], v: list[Tenso
                        weight_decay=0.0, eps=cfg.eps, maximize=False, grad_scale=None, found_inf=None)
 
 
+def device_engine(device: torch.device | str) -> bool:
+    """Whether stacks on ``device`` compute the device way: Adam by ``StackedAdam.step_masked`` and scoring of
+    every client at once (``evaluation.metrics``) — fixed sequences of whole-tensor operations whose count does
+    not grow with the clients on the axis, and no reads back to the host inside an epoch. That is what a GPU
+    needs: at fedgca's shapes launches, not arithmetic, bound it (../shared/GPU.md). On CPU cores the fused,
+    client-sliced Adam and one-model scoring are faster, bit-identical to ``torch.optim.Adam``, and what every
+    committed CPU result was computed with; tests force the device engine on the CPU to check it."""
+    return torch.device(device).type != "cpu"
+
+
 class StackedModels:
     """C copies of one autoencoder architecture with stacked parameters and Adam state."""
 
@@ -246,7 +368,8 @@ class StackedModels:
         if buffers:
             raise ValueError("fedgca autoencoders have no buffers (no normalisation layers)")
         self.params = {k: v.detach().to(self.device, copy=True).requires_grad_(True) for k, v in params.items()}
-        self.optim = StackedAdam(self.params, adam)
+        self.device_engine = device_engine(self.device)
+        self.optim = StackedAdam(self.params, adam, masked=self.device_engine)
         self.encoder_keys = [k for k in self.params if k.startswith("encoder.")]
         self.decoder_keys = [k for k in self.params if k.startswith("decoder.")]
         self._mlp = {part: mlp_layers(getattr(self.base, part)) for part in ("encoder", "decoder")}
@@ -389,6 +512,16 @@ class StackedModels:
         for k, v in self.params.items():
             v.copy_(state["params"][k])
         self.optim.load_state_dict(state["optim"])
+
+
+@torch.no_grad()
+def stacked_reconstruction(clients: StackedModels, x: Tensor) -> Tensor:
+    """Every client's reconstruction of its rows x [C, M, d] at once, no autograd: the training step's
+    forward pass (``_stacked_mlp_t``), for an MLP (``hand_backward``)."""
+    h = x.transpose(1, 2)
+    for part in ("encoder", "decoder"):
+        h = _stacked_mlp_t(clients.params, part + ".", clients._mlp[part], h)
+    return h.transpose(1, 2)
 
 
 def slot_model(params: dict[str, Tensor], i: int, template: nn.Module) -> nn.Module:

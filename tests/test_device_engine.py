@@ -1,0 +1,274 @@
+"""The device engine (``training.stacked.device_engine``: Adam by ``StackedAdam.step_masked``, every client scored
+at once), checked on the CPU, where these tests force it on: Adam's formulas; a client's numbers the same alone
+or anywhere in a stack, through the batched engine too; a checkpoint that resumes to the same numbers; operator
+calls per training step and per evaluation that do not grow with the clients on the axis (S = 1, 8, 64); and no
+read back to the host inside an epoch. On a GPU the engine is on by itself; the CUDA test skips without one."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.profiler import ProfilerActivity, profile
+
+from fedgca import seeding
+from fedgca.config import RunConfig
+from fedgca.evaluation import metrics
+from fedgca.experiments import sweep
+from fedgca.experiments.executors import Batched, LocalPool
+from fedgca.models import init_model
+from fedgca.training import stacked
+from fedgca.training.local import reconstruction_loss
+from fedgca.training.lockstep import EpochBroker, concat_models, split_models
+from fedgca.training.loop import ClientShards, run_epoch
+from fedgca.training.stacked import AdamConfig, StackedAdam, StackedModels
+
+D = 10
+
+
+@pytest.fixture
+def device_engine(monkeypatch):
+    monkeypatch.setattr(stacked, "device_engine", lambda device: True)
+    torch.set_num_threads(1)
+
+
+def _stack(ids) -> StackedModels:
+    return StackedModels([init_model(100, (D,), i) for i in ids])
+
+
+def _shards(sizes, seed=0) -> ClientShards:
+    rng = np.random.default_rng(seed)
+    return ClientShards.from_arrays([rng.standard_normal((n, D)).astype(np.float32) for n in sizes])
+
+
+def _epoch(models: StackedModels, shards: ClientShards, ids, epoch: int, part=None):
+    part = torch.ones(models.num_clients, dtype=torch.bool) if part is None else part
+    return run_epoch(models, shards, seeding.client_rngs(7, "t", (epoch,), ids), 50, reconstruction_loss(models, 1),
+                     list(models.params), part)
+
+
+def test_the_masked_step_is_adams_formulas_per_client():
+    """Three clients stepping on different steps (step counts drift apart), with StepLR: each client's
+    parameters follow its own ``torch.optim.Adam`` to float32 precision (the fused kernel rounds differently, so
+    not bit for bit)."""
+    torch.manual_seed(0)
+    shapes = {"w": (4, 3), "b": (4,)}
+    params = {k: torch.randn(3, *s) for k, s in shapes.items()}
+    cfg = AdamConfig(lr=1e-2, lr_step=2, lr_gamma=0.5)
+    opt = StackedAdam(params, cfg, masked=True)
+    refs = [{k: params[k][i].clone().requires_grad_(True) for k in shapes} for i in range(3)]
+    torch_opts = [torch.optim.Adam(list(r.values()), lr=cfg.lr) for r in refs]
+    scheds = [torch.optim.lr_scheduler.StepLR(o, cfg.lr_step, cfg.lr_gamma) for o in torch_opts]
+    gen = torch.Generator().manual_seed(1)
+    for epoch in range(5):
+        for _ in range(6):
+            active = torch.rand(3, generator=gen) < 0.6
+            grads = {k: torch.randn(3, *s, generator=gen) for k, s in shapes.items()}
+            opt.step_masked(grads, active)
+            for i in np.flatnonzero(active.numpy()):
+                for k in shapes:
+                    refs[i][k].grad = grads[k][i].clone()
+                torch_opts[i].step()
+        opt.end_epoch(torch.ones(3, dtype=torch.bool))
+        for s in scheds:
+            s.step()
+    for i in range(3):
+        for k in shapes:
+            torch.testing.assert_close(params[k][i], refs[i][k].detach(), rtol=1e-5, atol=1e-6)
+    assert torch.equal(opt.beta_pow["w"], stacked._running_powers(opt.step_count["w"], cfg.betas))
+
+
+def test_a_client_gives_the_same_numbers_alone_or_anywhere_in_a_stack(device_engine):
+    """Eight clients of unequal shards (their step counts drift apart), one absent for an epoch, three epochs:
+    each client's parameters and Adam state equal those of the client trained alone, bit for bit — and through
+    the batched engine's concat → one epoch → split, as each stack's own epochs."""
+    sizes = [37, 260, 120, 51, 199, 88, 260, 143]
+    ids = list(range(8))
+    shards = _shards(sizes)
+    together = _stack(ids)
+    assert together.optim.masked
+    alone = [_stack([i]) for i in ids]
+    for epoch in range(3):
+        part = torch.ones(8, dtype=torch.bool)
+        part[3] = epoch != 1
+        _epoch(together, shards, ids, epoch, part)
+        for i in ids:
+            if part[i]:
+                _epoch(alone[i], shards.only(i), [i], epoch)
+    for i in ids:
+        for k in together.params:
+            assert torch.equal(together.params[k][i], alone[i].params[k][0]), (i, k)
+            assert torch.equal(together.optim.exp_avg_sq[k][i], alone[i].optim.exp_avg_sq[k][0])
+            assert torch.equal(together.optim.beta_pow[k][:, i], alone[i].optim.beta_pow[k][:, 0])
+
+    # two stacks merged for their epochs, as the batched engine merges runs
+    first, second = _stack(ids[:3]), _stack(ids[3:])
+    own = [_stack(ids[:3]), _stack(ids[3:])]
+    parts = [_shards(sizes[:3], 1), _shards(sizes[3:], 2)]
+    broker = EpochBroker(1)
+    for epoch in range(3):
+        merged = concat_models([first, second])
+        run_epoch(merged, broker._merged_shards(parts), seeding.client_rngs(7, "t", (epoch,), ids), 50,
+                  reconstruction_loss(merged, 1), list(merged.params), torch.ones(8, dtype=torch.bool))
+        split_models(merged, [first, second])
+        for m, sh, i in zip(own, parts, (ids[:3], ids[3:])):
+            _epoch(m, sh, i, epoch)
+    for a, b in zip(own, (first, second)):
+        for k in a.params:
+            assert torch.equal(a.params[k], b.params[k]) and torch.equal(a.optim.beta_pow[k], b.optim.beta_pow[k])
+
+
+def test_a_checkpoint_resumes_to_the_same_numbers(device_engine):
+    """state_dict → a fresh stack → on training: the numbers of the stack that never stopped; and the state of
+    the fused step (a CPU checkpoint, no β powers) loads with the powers the masked step would have."""
+    ids, shards = list(range(4)), _shards([90, 150, 60, 150])
+    kept = _stack(ids)
+    for epoch in range(2):
+        _epoch(kept, shards, ids, epoch)
+    resumed = _stack(ids)
+    resumed.load_state_dict(kept.state_dict())
+    fused = {k: v for k, v in kept.optim.state_dict().items() if k != "beta_pow"}
+    from_cpu = _stack(ids)
+    from_cpu.optim.load_state_dict(fused)
+    for k in kept.params:
+        assert torch.equal(from_cpu.optim.beta_pow[k], kept.optim.beta_pow[k])
+    for epoch in range(2, 4):
+        _epoch(kept, shards, ids, epoch)
+        _epoch(resumed, shards, ids, epoch)
+    for k in kept.params:
+        assert torch.equal(kept.params[k], resumed.params[k])
+
+
+def _aten_calls(fn) -> collections.Counter:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return collections.Counter(e.name for e in prof.events() if e.name.startswith("aten::"))
+
+
+def test_operator_calls_per_step_and_per_evaluation_do_not_grow_with_the_stack(device_engine):
+    """The same operator calls, name by name, for one training epoch (4 mini-batch steps, step counts drifted
+    apart by unequal shards) and for one evaluation (the shared test rows, and each client's own rows), with
+    S = 1, 8 and 64 clients on the axis. The CPU's fused step and one-model scoring grow with S (the baseline
+    printed for comparison)."""
+    test_rows = torch.randn(1000, D)
+    counts = {}
+    for s in (1, 8, 64):
+        ids = list(range(s))
+        sizes = [200] + [50 + (37 * i) % 150 for i in range(1, s)]
+        models, shards = _stack(ids), _shards(sizes)
+        _epoch(models, shards, ids, 0)  # the step counts drift apart
+        train = _aten_calls(lambda: _epoch(models, shards, ids, 1))
+        shared = _aten_calls(lambda: metrics.shared_scores(models, test_rows))
+        own = _aten_calls(lambda: metrics.shard_scores(models, shards))
+        counts[s] = (train, shared, own)
+        print(f"S = {s}: {sum(train.values())} calls per epoch, {sum(shared.values())} per shared scoring, "
+              f"{sum(own.values())} per own-rows scoring")
+    assert counts[1] == counts[8] == counts[64]
+
+
+def test_the_cpu_engine_grows_with_the_stack_where_the_device_engine_does_not():
+    """The comparison that gives the test above its meaning: the CPU's engine scores client by client."""
+    calls = {s: sum(_aten_calls(lambda: metrics.shared_scores(_stack(range(s)), torch.randn(1000, D))).values())
+             for s in (1, 8)}
+    assert calls[8] > 2 * calls[1]
+
+
+class _HostReads(TorchFunctionMode):
+    """Counts the calls that read a tensor's values back to the host (a device synchronisation on a GPU)."""
+
+    READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.READS:
+            self.calls[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_no_host_read_inside_an_epoch(device_engine):
+    """An epoch of 2 mini-batch steps and one of 16 read the same (few) values back: the epoch's plan, made on
+    the host before the first step; none per step."""
+    reads = {}
+    for rows in (100, 800):
+        ids = [0, 1, 2]
+        models, shards = _stack(ids), _shards([rows, rows // 2, rows - 13])
+        with _HostReads() as mode:
+            _epoch(models, shards, ids, 0)
+        reads[rows] = mode.calls
+    assert reads[100] == reads[800], reads
+    assert sum(reads[800].values()) <= 2, reads
+
+
+def test_scores_of_every_client_at_once_match_client_by_client(device_engine):
+    """The device engine's scoring equals the CPU's one-model passes to float32 precision, and a client's
+    scores are the same alone or in the stack, bit for bit."""
+    ids, x = list(range(6)), torch.randn(700, D)
+    models = _stack(ids)
+    _epoch(models, _shards([120] * 6), ids, 0)
+    together = metrics.shared_scores(models, x)
+    by_client = torch.stack([metrics._scores(models, i, x) for i in ids])
+    torch.testing.assert_close(together, by_client, rtol=1e-5, atol=1e-6)
+    for i in ids:
+        assert torch.equal(metrics.shared_scores(models.slot_view(i), x)[0], together[i])
+    own = metrics.shard_scores(models, _shards([50, 700, 3, 120, 9, 400]))
+    assert [len(s) for s in own] == [50, 700, 3, 120, 9, 400]
+
+
+def _runs() -> list[RunConfig]:
+    base = dict(dataset="academic", rounds=2, recon_epochs=2, align_epochs=2, local_epochs=2, k=10,
+                val_fraction=0.2, threshold="val-quantile")
+    return [sweep.canonical(RunConfig(**base, method=m, seed=s)) for m, s in
+            [("gca", 100), ("gca", 200), ("fedavg", 100), ("single", 100)]]
+
+
+def test_runs_under_the_device_engine_stack_as_they_run_alone_and_agree_with_the_cpu(device_engine, tmp_path,
+                                                                                     data_dir, monkeypatch):
+    """Four runs through the batched executor and one after another, both under the device engine: every
+    metrics row and comm record the same, bit for bit. Against the CPU engine (another Adam rounding, scores
+    of all clients at once): the final AUROC within 0.5 pp, run for run."""
+    configs = _runs()
+    alone = sweep.run_sweep(configs, tmp_path / "alone", executor=LocalPool(0), data_dir=data_dir)
+    stacked_runs = sweep.run_sweep(configs, tmp_path / "stacked", executor=Batched(), data_dir=data_dir)
+    assert alone["finished"] == stacked_runs["finished"] == len(configs)
+    for cfg in configs:
+        a, b = sweep.run_dir(tmp_path / "alone", cfg), sweep.run_dir(tmp_path / "stacked", cfg)
+        for name in ("metrics.csv", "metrics_clients.csv", "comm.json"):
+            assert (a / name).read_bytes() == (b / name).read_bytes(), (cfg.method, cfg.seed, name)
+    monkeypatch.setattr(stacked, "device_engine", lambda device: False)
+    cpu = sweep.run_sweep(configs, tmp_path / "cpu", executor=LocalPool(0), data_dir=data_dir)
+    assert cpu["finished"] == len(configs)
+    import pandas as pd
+    for cfg in configs:
+        dev = pd.read_csv(sweep.run_dir(tmp_path / "alone", cfg) / "metrics.csv")
+        ref = pd.read_csv(sweep.run_dir(tmp_path / "cpu", cfg) / "metrics.csv")
+        assert abs(dev["auroc"].iloc[-1] - ref["auroc"].iloc[-1]) < 0.005, cfg.method
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_an_epoch_on_the_gpu_synchronises_no_more_for_more_steps():
+    """CUDA's own count of synchronising calls (``set_sync_debug_mode``): an epoch of 2 steps and one of 16 make
+    the same number, so none is made per step."""
+    import warnings
+
+    counts = {}
+    for rows in (100, 800):
+        ids = [0, 1, 2]
+        models = StackedModels([init_model(100, (D,), i) for i in ids], device="cuda")
+        host = _shards([rows, rows // 2, rows - 13])
+        shards = ClientShards(host.x.cuda(), host.sizes)
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                _epoch(models, shards, ids, 0)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        counts[rows] = sum("synchroniz" in str(w.message) for w in caught)
+    assert counts[100] == counts[800], counts
