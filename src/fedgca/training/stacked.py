@@ -71,8 +71,9 @@ class StackedAdam:
         self._order = {k: j for j, k in enumerate(params)}
         self._betas = torch.tensor(cfg.betas, device=device).view(1, 2, 1) if masked else None
         self._sync_uniform()
-        # per-client views (parameter, m, v, t) of each tensor: the kernel's arguments, made once
-        self._client_views = {
+        # per-client views (parameter, m, v, t) of each tensor: the fused kernel's arguments, made once (the masked
+        # step needs none: C × tensors views would be Python work per stacked epoch of the batched engine)
+        self._client_views = {} if masked else {
             k: list(zip(p.detach().unbind(0), self.exp_avg[k].unbind(0), self.exp_avg_sq[k].unbind(0),
                         self.step_count[k].unbind(0)))
             for k, p in params.items()
