@@ -13,7 +13,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
 
-from fedgca import seeding
+from fedgca import methods, seeding
 from fedgca.config import RunConfig
 from fedgca.evaluation import metrics
 from fedgca.experiments import sweep
@@ -248,6 +248,23 @@ def test_runs_under_the_device_engine_stack_as_they_run_alone_and_agree_with_the
         dev = pd.read_csv(sweep.run_dir(tmp_path / "alone", cfg) / "metrics.csv")
         ref = pd.read_csv(sweep.run_dir(tmp_path / "cpu", cfg) / "metrics.csv")
         assert abs(dev["auroc"].iloc[-1] - ref["auroc"].iloc[-1]) < 0.005, cfg.method
+
+
+@pytest.mark.parametrize("method", methods.names())
+def test_every_method_runs_under_the_device_engine_on_the_run_device_only(method, device_engine, tmp_path, data_dir):
+    """Every registered method, under the device engine and the meta-device trap of tests/test_device.py (a tensor
+    made without the run's device fails the run): it runs, and its final AUROC is within 0.5 pp of the CPU
+    engine's."""
+    from test_device import _cfg, meta_default_device
+
+    from fedgca.simulation.runner import run
+
+    with meta_default_device():
+        dev = run(_cfg(method), tmp_path / "device", data_dir=data_dir, progress=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stacked, "device_engine", lambda device: False)
+        cpu = run(_cfg(method), tmp_path / "cpu", data_dir=data_dir, progress=False)
+    assert abs(dev["final"]["auroc"] - cpu["final"]["auroc"]) < 0.005
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

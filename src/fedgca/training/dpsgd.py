@@ -122,7 +122,7 @@ def run_dp_epoch(clients: StackedModels, x: Tensor, sizes: np.ndarray, rngs: lis
             g = sums[k] + flat_noise[:, at: at + n].view(n_clients, *shapes[k])
             grads[k] = g / denom.view(-1, *[1] * len(shapes[k]))
             at += n
-        clients.optim.step(grads, active.nonzero().flatten().tolist())
+        clients.optim.step_active(grads, active)
         total += ((loss.detach() * m).sum(-1) / denom) * active
         n_batches += active
     clients.optim.end_epoch(participating)

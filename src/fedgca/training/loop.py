@@ -115,11 +115,9 @@ def run_epoch(
     # which clients step at each step [S, C], read off the host's plan: nothing inside the loop reads the device
     active_host = mask.sum(-1) > 0
     idx, mask = torch.from_numpy(idx).to(dev), torch.from_numpy(mask).to(dev)
-    masked = clients.optim.masked
-    if masked:  # the device engine: which clients step is a device tensor
-        active_steps = torch.from_numpy(active_host).to(dev)
-    else:  # the fused step: the stepping clients' indices
-        stepping = [np.flatnonzero(row).tolist() for row in active_host]
+    active_steps = torch.from_numpy(active_host).to(dev)  # the device engine's step reads it there
+    # the fused step: the stepping clients' indices
+    stepping = None if clients.optim.masked else [np.flatnonzero(row).tolist() for row in active_host]
     steps_on = torch.from_numpy(active_host.astype(np.float32)).to(dev)
     rows = torch.arange(shards.num_clients, device=dev).unsqueeze(-1)
     total, n_batches = torch.zeros(shards.num_clients, device=dev), torch.zeros(shards.num_clients, device=dev)
@@ -134,10 +132,7 @@ def run_epoch(
         else:
             loss = loss_fn(xb, mask[step])
             grads = dict(zip(keys, torch.autograd.grad(loss.sum(), params)))
-        if masked:
-            clients.optim.step_masked(grads, active_steps[step])
-        else:
-            clients.optim.step(grads, stepping[step])
+        clients.optim.step_active(grads, active_steps[step], None if stepping is None else stepping[step])
         active = steps_on[step]
         total += loss.detach() * active
         n_batches += active

@@ -82,6 +82,15 @@ class StackedAdam:
     def lr(self) -> Tensor:
         return self.cfg.lr * self.cfg.lr_gamma ** (self.epochs // self.cfg.lr_step).to(torch.float64)
 
+    def step_active(self, grads: dict[str, Tensor], active: Tensor, clients: list[int] | None = None) -> None:
+        """One step for the clients where ``active`` [C] is set, by this optimizer's engine: ``step_masked`` on
+        the device engine (``active`` as it is, on the device), else ``step`` with the clients' indices (``clients``
+        if the caller has them on the host, else read off ``active``)."""
+        if self.masked:
+            self.step_masked(grads, active)
+        else:
+            self.step(grads, clients if clients is not None else active.nonzero().flatten().tolist())
+
     @torch.no_grad()
     def step_masked(self, grads: dict[str, Tensor], active: Tensor) -> None:
         """One Adam step for the clients where ``active`` [C] (bool, on the stack's device) is set: the device
