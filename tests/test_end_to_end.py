@@ -107,7 +107,7 @@ def test_refuses_to_overwrite_a_different_run(tmp_path, data_dir):
 
 
 def _cli(out, data_dir, *extra):
-    return [sys.executable, "-m", "fedgca.cli.main", "run", "--dataset", "academic", "--rounds", "12",
+    return [sys.executable, "-m", "fedgca.cli.main", "run", "--dataset", "academic", "--rounds", "8",
             "--recon-epochs", "2", "--align-epochs", "2", "--data-dir", str(data_dir), "--out", str(out), *extra]
 
 
