@@ -250,6 +250,22 @@ def test_runs_under_the_device_engine_stack_as_they_run_alone_and_agree_with_the
         assert abs(dev["auroc"].iloc[-1] - ref["auroc"].iloc[-1]) < 0.005, cfg.method
 
 
+def test_the_step_program_is_the_loops_step(device_engine):
+    """The device engine's epoch runs its steps through ``loop.StepProgram`` (fixed buffers: what CUDA captures
+    and replays; eager here). The same epoch through ``run_epoch``'s general loop — the loss differentiated by
+    autograd, stepped by ``step_active`` — gives the same parameters and losses bit for bit."""
+    ids, shards = list(range(5)), _shards([200, 37, 150, 99, 180])
+    by_program, by_loop = _stack(ids), _stack(ids)
+    for epoch in range(2):
+        part = torch.tensor([True, True, epoch == 0, True, True])
+        a = _epoch(by_program, shards, ids, epoch, part)
+        b = run_epoch(by_loop, shards, seeding.client_rngs(7, "t", (epoch,), ids), 50,
+                      reconstruction_loss(by_loop, 1).value, list(by_loop.params), part)
+        assert torch.equal(a, b)
+    for k in by_program.params:
+        assert torch.equal(by_program.params[k], by_loop.params[k]), k
+
+
 @pytest.mark.parametrize("method", methods.names())
 def test_every_method_runs_under_the_device_engine_on_the_run_device_only(method, device_engine, tmp_path, data_dir):
     """Every registered method, under the device engine and the meta-device trap of tests/test_device.py (a tensor
@@ -289,3 +305,27 @@ def test_an_epoch_on_the_gpu_synchronises_no_more_for_more_steps():
                 torch.cuda.set_sync_debug_mode("default")
         counts[rows] = sum("synchroniz" in str(w.message) for w in caught)
     assert counts[100] == counts[800], counts
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_captured_step_gives_the_eager_steps_numbers(monkeypatch):
+    """On CUDA an epoch of at least ``GRAPH_MIN_STEPS`` steps captures its step once and replays it: the same
+    parameters as every step eager (FEDGCA_CUDA_GRAPHS=0), and a graph was captured."""
+    from fedgca.training import loop
+
+    captured = []
+    real = loop.StepProgram._capture_and_replay
+    monkeypatch.setattr(loop.StepProgram, "_capture_and_replay", lambda self: captured.append(1) or real(self))
+    ids = list(range(6))
+    host = _shards([400, 350, 120, 400, 260, 90])
+    shards = ClientShards(host.x.cuda(), host.sizes)
+    stacks = {}
+    for graphs in ("1", "0"):
+        monkeypatch.setenv("FEDGCA_CUDA_GRAPHS", graphs)
+        models = StackedModels([init_model(100, (D,), i) for i in ids], device="cuda")
+        for epoch in range(2):
+            _epoch(models, shards, ids, epoch)
+        stacks[graphs] = models
+    assert captured and not loop._graphs_failed
+    for k in stacks["1"].params:
+        assert torch.equal(stacks["1"].params[k], stacks["0"].params[k]), k

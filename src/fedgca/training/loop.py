@@ -1,6 +1,7 @@
 """Mini-batch epochs over stacked clients (shared by every method and by Flower clients)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
@@ -91,6 +92,74 @@ def host_batch_plan(rngs: list[np.random.Generator], sizes: np.ndarray, batch_si
     return idx.reshape(shape).transpose(0, 2, 1).copy(), mask.reshape(shape).transpose(0, 2, 1).copy()
 
 
+# CUDA graphs: an epoch of at least this many steps captures its step once and replays it (a capture costs about
+# as much as a few eager steps); FEDGCA_CUDA_GRAPHS=0 keeps every step eager
+GRAPH_MIN_STEPS = 4
+_graphs_failed = False  # a capture that failed once (an op torch cannot capture): eager for the rest of the process
+
+
+class StepProgram:
+    """The device engine's mini-batch step on fixed buffers: the batch's row indices, mask and stepping clients are
+    copied into them, and the step — gather, forward, hand-written backward, ``StackedAdam.step_masked``, the
+    epoch's loss sums — reads nothing else that changes. So on CUDA it is captured once per epoch and replayed
+    (``torch.cuda.CUDAGraph``): one launch per step instead of one per operation, the launch overhead that bounds a
+    GPU at fedgca's shapes (../shared/GPU.md). Elsewhere, or when capture is off or fails, the same function runs
+    eagerly, which is how the CPU checks it (tests/test_device_engine.py): the numbers of ``run_epoch``'s own
+    loop, bit for bit.
+    """
+
+    def __init__(self, clients: StackedModels, shards: ClientShards, loss_fn: HandDifferentiated, keys, batch_size,
+                 n_steps: int):
+        n, dev = shards.num_clients, shards.device
+        self.clients, self.shards, self.loss_fn, self.keys = clients, shards, loss_fn, list(keys)
+        self.idx = torch.zeros(n, batch_size, dtype=torch.long, device=dev)
+        self.mask = torch.zeros(n, batch_size, device=dev)
+        self.active = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.rows = torch.arange(n, device=dev).unsqueeze(-1)
+        self.total, self.n_batches = torch.zeros(n, device=dev), torch.zeros(n, device=dev)
+        self.steps = 0
+        self.graph = None
+        self.capture = (dev.type == "cuda" and n_steps >= GRAPH_MIN_STEPS and not _graphs_failed
+                        and os.environ.get("FEDGCA_CUDA_GRAPHS", "1") != "0")
+
+    def step(self) -> None:
+        xb = self.shards.x[self.rows, self.idx]
+        loss, grads = self.loss_fn.loss_and_grads(xb, self.mask)
+        self.clients.optim.step_masked({k: grads[k] for k in self.keys}, self.active)
+        on = self.active.to(self.total.dtype)
+        self.total.add_(loss * on)
+        self.n_batches.add_(on)
+
+    def run(self, idx: Tensor, mask: Tensor, active: Tensor) -> None:
+        self.idx.copy_(idx)
+        self.mask.copy_(mask)
+        self.active.copy_(active)
+        if self.graph is not None:
+            self.graph.replay()
+        elif self.capture and self.steps >= 1:  # the first step ran eagerly: cuBLAS and the allocator are warm
+            self._capture_and_replay()
+        else:
+            self.step()
+        self.steps += 1
+
+    def _capture_and_replay(self) -> None:
+        global _graphs_failed
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.step()
+        except Exception as err:  # noqa: BLE001 — the eager step is the fallback; a capture records, never runs
+            _graphs_failed = True
+            self.capture = False
+            import logging
+
+            logging.getLogger("fedgca").warning("CUDA graph capture failed (%s): the steps run eagerly", err)
+            self.step()
+            return
+        self.graph = graph
+        graph.replay()
+
+
 def run_epoch(
     clients: StackedModels,
     shards: ClientShards,
@@ -116,9 +185,16 @@ def run_epoch(
     active_host = mask.sum(-1) > 0
     idx, mask = torch.from_numpy(idx).to(dev), torch.from_numpy(mask).to(dev)
     active_steps = torch.from_numpy(active_host).to(dev)  # the device engine's step reads it there
-    # the fused step: the stepping clients' indices
-    stepping = None if clients.optim.masked else [np.flatnonzero(row).tolist() for row in active_host]
     steps_on = torch.from_numpy(active_host.astype(np.float32)).to(dev)
+    if clients.optim.masked and isinstance(loss_fn, HandDifferentiated):
+        steps = np.flatnonzero(active_host.any(-1))
+        program = StepProgram(clients, shards, loss_fn, keys, batch_size, len(steps))
+        for step in steps:
+            program.run(idx[step], mask[step], active_steps[step])
+        clients.optim.end_epoch(participating)
+        return program.total / program.n_batches.clamp_min(1)
+    # the fused step (the CPU), and losses differentiated by autograd: the stepping clients' indices
+    stepping = None if clients.optim.masked else [np.flatnonzero(row).tolist() for row in active_host]
     rows = torch.arange(shards.num_clients, device=dev).unsqueeze(-1)
     total, n_batches = torch.zeros(shards.num_clients, device=dev), torch.zeros(shards.num_clients, device=dev)
     params = [clients.params[k] for k in keys]

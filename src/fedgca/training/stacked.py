@@ -69,6 +69,7 @@ class StackedAdam:
         self._pows = torch.ones(len(params), 2, n_clients, device=device) if masked else None
         self.beta_pow = dict(zip(params, self._pows.unbind(0))) if masked else None
         self._order = {k: j for j, k in enumerate(params)}
+        self._row_cache: dict[tuple, slice | Tensor] = {}
         self._betas = torch.tensor(cfg.betas, device=device).view(1, 2, 1) if masked else None
         self._sync_uniform()
         # per-client views (parameter, m, v, t) of each tensor: the fused kernel's arguments, made once (the masked
@@ -143,10 +144,12 @@ class StackedAdam:
     def _rows(self, names: list[str]):
         """The rows of ``names`` in the per-tensor buffers: a slice when they are consecutive (every tensor, or
         the encoder's), else an index tensor."""
-        idx = [self._order[k] for k in names]
-        if idx == list(range(idx[0], idx[0] + len(idx))):
-            return slice(idx[0], idx[0] + len(idx))
-        return torch.tensor(idx, device=self._steps.device)
+        key = tuple(names)
+        if key not in self._row_cache:  # made once: a captured step (CUDA graphs) may not copy from the host
+            idx = [self._order[k] for k in names]
+            self._row_cache[key] = (slice(idx[0], idx[0] + len(idx)) if idx == list(range(idx[0], idx[0] + len(idx)))
+                                    else torch.tensor(idx, device=self._steps.device))
+        return self._row_cache[key]
 
     def _sync_uniform(self) -> None:
         """Which tensors' step counts are equal across clients, read off the counts themselves.
