@@ -15,6 +15,7 @@ fresh directory:
                     the pool's process starts: the stacking alone);
 * ``cpu-all``     — the local process pool, one worker per core;
 * ``batched-cpu`` — the batched engine (``--executor batched``) in one process on one core;
+* ``batched-all`` — the batched engine with one stack per core computing at once (``--workers`` cores);
 * ``gpu-1``       — one run after another on the GPU (``--device cuda``, in-process), when CUDA is available;
 * ``gpu-batched`` — the batched engine on the GPU, when CUDA is available.
 
@@ -44,7 +45,10 @@ from fedgca.experiments import sweep
 from fedgca.experiments.executors import Batched, LocalPool
 from fedgca.threads import available_cores, limit_threads
 
-MODES = ("cpu-1", "inproc-1", "cpu-all", "batched-cpu", "gpu-1", "gpu-batched")
+MODES = ("cpu-1", "inproc-1", "cpu-all", "batched-cpu", "batched-all", "gpu-1", "gpu-batched")
+
+
+GPU_STACKS = 8  # stacks at once on the GPU, each on its own CUDA stream: not yet tuned on a card
 
 
 def sgemm_gflops(device: str = "cpu", n: int = 2048, repeat: int = 5) -> float:
@@ -77,7 +81,8 @@ def run_mode(mode: str, configs, data_dir, scratch: Path) -> float:
     root = scratch / mode
     shutil.rmtree(root, ignore_errors=True)
     where = {"cpu-1": LocalPool(1), "inproc-1": LocalPool(0), "cpu-all": LocalPool(available_cores()),
-             "batched-cpu": Batched(), "gpu-1": LocalPool(0), "gpu-batched": Batched()}[mode]
+             "batched-cpu": Batched(), "batched-all": Batched(workers=available_cores()), "gpu-1": LocalPool(0),
+             "gpu-batched": Batched(workers=GPU_STACKS)}[mode]
     t = time.perf_counter()
     res = sweep.run_sweep(configs, root, data_dir=data_dir, executor=where)
     wall = time.perf_counter() - t
@@ -124,7 +129,7 @@ def main() -> int:
             configs = grid(datasets, a.rounds, "cuda" if mode.startswith("gpu") else "cpu", mode_seeds.get(mode, a.seeds))
             flops = sum(sweep.predicted_flops(configs, a.data_dir).values())
             wall = run_mode(mode, configs, a.data_dir, Path(tmp))
-            peak = rate_gpu if mode.startswith("gpu") else rate_all if mode == "cpu-all" else rate_1
+            peak = rate_gpu if mode.startswith("gpu") else rate_all if mode in ("cpu-all", "batched-all") else rate_1
             rows.append((mode, wall, 3600 * len(configs) / wall, flops / wall / 1e9, peak,
                          3600 * flops / wall / full_per_run))
     base = rows[0][2]  # runs per hour: modes may have run different numbers of seeds

@@ -30,6 +30,7 @@ BENCH_S=${BENCH_S:-90}
 GRID_S=${GRID_S:-45}
 CORES=${CORES:-16}
 GPU=${GPU:-cuda}  # GPU=cpu: a smoke test of the script itself on a machine without one
+GPU_STACKS=${GPU_STACKS:-8}  # the batched engine's stacks at once, each on its own CUDA stream (not yet tuned)
 LOG=${OUT:-$WORK}/gpu_check_$PART.txt
 mkdir -p "$WORK" "$(dirname "$LOG")"
 exec > >(tee "$LOG") 2>&1
@@ -82,7 +83,7 @@ if [ "$PART" = tabular ]; then
     echo "cpu ($CORES workers): $(timed "$BENCH_S" "$WORK/bench_cpu" $FEDGCA bench "$DATA/adbench" --out "$WORK/bench_cpu" \
         --seeds 100 --peers none --workers "$CORES" --no-plots)"
     echo "gpu (batched engine): $(timed "$BENCH_S" "$WORK/bench_gpu" $FEDGCA bench "$DATA/adbench" --out "$WORK/bench_gpu" \
-        --seeds 100 --peers none --executor batched --set device="$GPU" --no-plots)"
+        --seeds 100 --peers none --executor batched --workers "$GPU_STACKS" --set device="$GPU" --no-plots)"
     $PY benchmarks/agreement.py "$WORK/bench_cpu" "$WORK/bench_gpu"
 
     say "the paper's tabular grid, 10 seeds, R = 20: $GRID_S s per mode"
@@ -96,7 +97,7 @@ if [ "$PART" = tabular ]; then
         case $mode in
             inproc-1) spec=grid_cpu args=(--workers 0) ;;
             cpu-all) spec=grid_cpu args=(--workers "$CORES") ;;
-            gpu-batched) spec=grid_$GPU args=(--executor batched) ;;
+            gpu-batched) spec=grid_$GPU args=(--executor batched --workers "$GPU_STACKS") ;;
         esac
         echo "$mode: $(timed "$GRID_S" "$WORK/grid_$mode" $FEDGCA sweep "$WORK/$spec.toml" --out "$WORK/grid_$mode" \
             --data-dir "$DATA" "${args[@]}")"

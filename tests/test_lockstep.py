@@ -66,6 +66,30 @@ def test_stacked_runs_give_the_numbers_they_give_alone(tmp_path, data_dir, monke
     assert sum(walls) < 1.5 * elapsed
 
 
+def test_stacks_computed_at_once_give_the_numbers_they_give_alone(tmp_path, data_dir, monkeypatch):
+    """Four runs in stacks of two, both stacks at once (``--workers 2``): each stack's broker and threads run
+    beside the other's, and every run's files are those of the runs one after another."""
+    configs = [c for c in _grid() if c.method in ("gca", "fedavg")]
+    finished_at_start = []  # runs finished when each stack started: none for both, if they ran at once
+    real_start = batched_executor._start_group
+
+    def counting(gi, group, *args):
+        ledger = tmp_path / "together" / sweep.LEDGER
+        finished_at_start.append(sum(e["event"] == "finished" for e in sweep.Ledger(ledger).events())
+                                 if ledger.exists() else 0)
+        real_start(gi, group, *args)
+
+    monkeypatch.setattr(batched_executor, "_start_group", counting)
+    alone = sweep.run_sweep(configs, tmp_path / "alone", executor=LocalPool(0), data_dir=data_dir)
+    together = sweep.run_sweep(configs, tmp_path / "together", executor=Batched(stack=2, workers=2),
+                               data_dir=data_dir)
+    assert alone["finished"] == together["finished"] == 4 and finished_at_start == [0, 0]
+    for cfg in configs:
+        a, b = sweep.run_dir(tmp_path / "alone", cfg), sweep.run_dir(tmp_path / "together", cfg)
+        for name in OUTPUTS:
+            assert (a / name).read_bytes() == (b / name).read_bytes(), (cfg.method, cfg.seed, name)
+
+
 def test_a_stacked_epoch_equals_each_stacks_own_epoch():
     """concat → one run_epoch → split equals each stack's own run_epoch, with unequal client counts and shard
     sizes, the whole-tensor Adam path and the client-by-client one (a non-participating client)."""

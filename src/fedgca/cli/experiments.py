@@ -21,7 +21,8 @@ def _add_executor_options(p) -> None:
     p.add_argument("--workers", type=int, default=_cores(),
                    help=f"runs in parallel, one process and one torch thread each (default: the "
                         f"machine's {_cores()} cores; 0 = in this process; with --executor ray and no "
-                        "--address: the local Ray instance's CPUs)")
+                        "--address: the local Ray instance's CPUs; with --executor batched: the stacks computed "
+                        "at once, each on its own threads and, on a GPU, its own CUDA stream)")
     p.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0],
                    help="local: a pool of worker processes on this machine (default); ray: one Ray task per run "
                         "(pip install 'fedgca[ray]'), on --address or on a local Ray instance bound to 127.0.0.1; "

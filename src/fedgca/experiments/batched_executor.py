@@ -7,10 +7,13 @@ worker process runs: lock, ledger entry, ``runner.run``, run directory, checkpoi
 Each run's numbers are the ones it gives alone on the same device (tests/test_lockstep.py). A stopped sweep
 resumes like any other: each run from its last checkpoint.
 
-Meant for a GPU, where one run leaves the card launch-bound; on CPU cores the process pool is as fast.
+Stacks of different datasets (or of one dataset's runs beyond ``stack``) compute ``--workers`` at a time, each with
+its own threads and, on a GPU, its own CUDA stream. Meant for a GPU, where one run leaves the card launch-bound; on
+CPU cores the process pool is as fast.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections import OrderedDict
@@ -28,36 +31,62 @@ def stacks(todo: list, stack: int) -> list[list]:
 
 
 def run_all(jobs: list[tuple], execute, on_result, *, stack: int = DEFAULT_STACK,
-            max_clients: int | None = None) -> None:
+            max_clients: int | None = None, concurrent: int = 1) -> None:
     """``jobs``: (cfg, execute's positional arguments) per run; ``on_result(cfg, result)`` in this thread as
-    each run ends."""
-    import torch
-
+    each run ends. ``concurrent`` stacks compute at once (``--workers``): each on a thread of its own for each of
+    its runs and its own broker, and on a GPU its own CUDA stream, so that one stack's host work (clustering,
+    evaluation, checkpoints) overlaps another's kernels; on CPU cores one stack per core. A stack's numbers do not
+    depend on the others (tests/test_lockstep.py)."""
     from fedgca.threads import DEFAULT_TORCH_THREADS, limit_threads
-    from fedgca.training.lockstep import EpochBroker
 
     limit_threads(DEFAULT_TORCH_THREADS)  # what a worker of the local pool computes with: the same numbers
     by_key = {cfg.key(): (cfg, args) for cfg, args in jobs}
-    for group in stacks([cfg for cfg, _ in jobs], stack):
-        broker = EpochBroker(len(group), max_clients=max_clients)
-        done: queue.Queue = queue.Queue()
+    groups = stacks([cfg for cfg, _ in jobs], stack)
+    done: queue.Queue = queue.Queue()
+    left: dict[int, int] = {}
+    waiting = list(enumerate(groups))[::-1]  # popped from the end: in order
 
-        def one(cfg, args, broker=broker, done=done):
-            torch.set_num_threads(DEFAULT_TORCH_THREADS)  # OpenMP's thread count is per thread: a new one has all
-            try:
+    def start_next() -> None:
+        gi, group = waiting.pop()
+        left[gi] = len(group)
+        _start_group(gi, group, by_key, execute, done, max_clients)
+
+    for _ in range(min(max(1, concurrent), len(waiting))):
+        start_next()
+    while left:
+        gi, cfg, res = done.get()
+        on_result(cfg, res)
+        left[gi] -= 1
+        if not left[gi]:
+            del left[gi]
+            if waiting:
+                start_next()
+
+
+def _start_group(gi: int, group: list, by_key: dict, execute, done: queue.Queue, max_clients: int | None) -> None:
+    """A stack's runs, each on a thread of its own, training under one broker (on its own CUDA stream on a GPU)."""
+    import torch
+
+    from fedgca import devices
+    from fedgca.threads import DEFAULT_TORCH_THREADS
+    from fedgca.training.lockstep import EpochBroker
+
+    broker = EpochBroker(len(group), max_clients=max_clients)
+    device = devices.resolve(group[0].device)
+    stream = torch.cuda.Stream(device=device) if device.type == "cuda" else None
+
+    def one(cfg, args):
+        torch.set_num_threads(DEFAULT_TORCH_THREADS)  # OpenMP's thread count is per thread: a new one has all
+        try:
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                 res = execute(*args, broker=broker)
-            except BaseException as err:  # noqa: BLE001 — execute never raises but for an interrupt
-                res = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
-            done.put((cfg, res))
+        except BaseException as err:  # noqa: BLE001 — execute never raises but for an interrupt
+            res = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
+        done.put((gi, cfg, res))
 
-        # daemon threads: an interrupted sweep exits at once, and each run resumes from its last checkpoint
-        threads = [threading.Thread(target=one, args=by_key[cfg.key()], daemon=True, name=f"run-{cfg.key()}")
-                   for cfg in group]
-        for t in threads:
-            t.start()
-        for _ in group:
-            cfg, res = done.get()
-            on_result(cfg, res)
+    # daemon threads: an interrupted sweep exits at once, and each run resumes from its last checkpoint
+    for cfg in group:
+        threading.Thread(target=one, args=by_key[cfg.key()], daemon=True, name=f"run-{cfg.key()}").start()
 
 
 __all__ = ["DEFAULT_STACK", "run_all", "stacks"]

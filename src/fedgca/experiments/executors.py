@@ -91,9 +91,10 @@ class RayTasks:
 @dataclass(frozen=True)
 class Batched:
     """The runs of one dataset, ``stack`` at a time, in this process, their local epochs computed together
-    (``experiments/batched_executor.py``; for a GPU)."""
+    (``experiments/batched_executor.py``; for a GPU); ``workers`` stacks at once."""
 
     stack: int | None = None
+    workers: int = 1
 
     def __post_init__(self):
         if self.stack is not None and self.stack < 1:
@@ -109,7 +110,8 @@ class Batched:
         from fedgca.experiments import batched_executor
 
         jobs = [(c, runs.args(c)) for c in runs.todo]
-        batched_executor.run_all(jobs, runs.execute, runs.on_result, stack=self.stack or batched_executor.DEFAULT_STACK)
+        batched_executor.run_all(jobs, runs.execute, runs.on_result, stack=self.stack or batched_executor.DEFAULT_STACK,
+                                 concurrent=max(1, self.workers))
 
 
 Executor = LocalPool | RayTasks | Batched
@@ -129,7 +131,7 @@ def executor(kind: str = "local", *, workers: int = 1, address: str | None = Non
     if kind == "ray":
         return RayTasks(workers=workers, address=address, gpus_per_run=gpus_per_run, verbose=verbose)
     if kind == "batched":
-        return Batched(stack=stack)
+        return Batched(stack=stack, workers=workers)
     return LocalPool(workers=workers, verbose=verbose)
 
 
