@@ -79,7 +79,7 @@ def secure_vs_plain(secure: pd.DataFrame, plain: pd.DataFrame) -> pd.DataFrame:
 
 def secure_markdown(table: pd.DataFrame) -> str:
     head = ["partition", "secure variant", "files × seeds", "secure mean AUROC", "plain mean AUROC", "difference",
-            "largest |Δ| on a file", "W/T/L vs plain"]
+            "largest \\|Δ\\| on a file", "W/T/L vs plain"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in table.iterrows():
         lines.append(f"| {r['partition']} | {r['method']} | {r['files']} × {r['seeds']} | {r['secure']:.2f} | "
