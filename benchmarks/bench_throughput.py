@@ -130,14 +130,14 @@ def main() -> int:
             flops = sum(sweep.predicted_flops(configs, a.data_dir).values())
             wall = run_mode(mode, configs, a.data_dir, Path(tmp))
             peak = rate_gpu if mode.startswith("gpu") else rate_all if mode in ("cpu-all", "batched-all") else rate_1
-            rows.append((mode, wall, 3600 * len(configs) / wall, flops / wall / 1e9, peak,
+            rows.append((mode, len(configs), wall, 3600 * len(configs) / wall, flops / wall / 1e9, peak,
                          3600 * flops / wall / full_per_run))
-    base = rows[0][2]  # runs per hour: modes may have run different numbers of seeds
+    base = rows[0][3]  # runs per hour: modes may have run different numbers of seeds
     print("| mode | runs | wall s | runs/h (R = %d) | GFLOP/s | %% of matmul rate | full-grid runs/h | speed vs %s |"
           % (a.rounds, rows[0][0]))
     print("|---|---|---|---|---|---|---|---|")
-    for mode, wall, rph, gf, peak, full_rph in rows:
-        print(f"| {mode} | {round(rph * wall / 3600)} | {wall:.1f} | {rph:.0f} | {gf:.2f} | {100 * gf / peak:.1f} % | "
+    for mode, n_runs, wall, rph, gf, peak, full_rph in rows:
+        print(f"| {mode} | {n_runs} | {wall:.1f} | {rph:.0f} | {gf:.2f} | {100 * gf / peak:.1f} % | "
               f"{full_rph:.1f} | {rph / base:.2f}× |")
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
     return 0

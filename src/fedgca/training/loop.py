@@ -1,6 +1,7 @@
 """Mini-batch epochs over stacked clients (shared by every method and by Flower clients)."""
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
@@ -11,6 +12,8 @@ from torch import Tensor
 
 from fedgca.devices import to_numpy
 from fedgca.training.stacked import StackedModels
+
+log = logging.getLogger("fedgca")
 
 # loss_fn(x_batch [C, B, *shape], mask [C, B]) -> per-client loss [C]
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -151,9 +154,7 @@ class StepProgram:
         except Exception as err:  # noqa: BLE001 — the eager step is the fallback; a capture records, never runs
             _graphs_failed = True
             self.capture = False
-            import logging
-
-            logging.getLogger("fedgca").warning("CUDA graph capture failed (%s): the steps run eagerly", err)
+            log.warning("CUDA graph capture failed (%s): the steps run eagerly", err)
             self.step()
             return
         self.graph = graph
@@ -185,7 +186,6 @@ def run_epoch(
     active_host = mask.sum(-1) > 0
     idx, mask = torch.from_numpy(idx).to(dev), torch.from_numpy(mask).to(dev)
     active_steps = torch.from_numpy(active_host).to(dev)  # the device engine's step reads it there
-    steps_on = torch.from_numpy(active_host.astype(np.float32)).to(dev)
     if clients.optim.masked and isinstance(loss_fn, HandDifferentiated):
         steps = np.flatnonzero(active_host.any(-1))
         program = StepProgram(clients, shards, loss_fn, keys, batch_size, len(steps))
@@ -208,8 +208,8 @@ def run_epoch(
         else:
             loss = loss_fn(xb, mask[step])
             grads = dict(zip(keys, torch.autograd.grad(loss.sum(), params)))
-        clients.optim.step_active(grads, active_steps[step], None if stepping is None else stepping[step])
-        active = steps_on[step]
+        active = active_steps[step]
+        clients.optim.step_active(grads, active, None if stepping is None else stepping[step])
         total += loss.detach() * active
         n_batches += active
     clients.optim.end_epoch(participating)

@@ -65,12 +65,12 @@ class StackedAdam:
         self._simd_whole = set() if simd is None else {k for k, n in self._slice_numel.items() if n % simd == 0}
         self._lrs: list[float] | None = None  # per-client learning rates, until the StepLR counters move
         self._lr_dev: Tensor | None = None  # the same on the stack's device, for ``step_masked``
-        # β₁ᵗ and β₂ᵗ per tensor and client, as running products (``step_masked``'s bias corrections)
-        self._pows = torch.ones(len(params), 2, n_clients, device=device) if masked else None
+        # [β₁ᵗ, β₂ᵗ] per tensor and client [tensors, C, 2], as running products (``step_masked``'s bias corrections)
+        self._pows = torch.ones(len(params), n_clients, 2, device=device) if masked else None
         self.beta_pow = dict(zip(params, self._pows.unbind(0))) if masked else None
         self._order = {k: j for j, k in enumerate(params)}
         self._row_cache: dict[tuple, slice | Tensor] = {}
-        self._betas = torch.tensor(cfg.betas, device=device).view(1, 2, 1) if masked else None
+        self._betas = torch.tensor(cfg.betas, device=device) if masked else None
         self._sync_uniform()
         # per-client views (parameter, m, v, t) of each tensor: the fused kernel's arguments, made once (the masked
         # step needs none: C × tensors views would be Python work per stacked epoch of the batched engine)
@@ -112,9 +112,9 @@ class StackedAdam:
         # per tensor and client [n, C]: step counts, β₁ᵗ and β₂ᵗ, step size lr/(1 − β₁ᵗ), √(1 − β₂ᵗ)
         steps, pows = self._steps[rows], self._pows[rows]
         steps.add_(active.to(steps.dtype))
-        torch.where(active, pows * self._betas, pows, out=pows)
-        step_size = self._lr_dev / (1.0 - pows[:, 0])
-        bc2_sqrt = (1.0 - pows[:, 1]).sqrt()
+        torch.where(active.unsqueeze(-1), pows * self._betas, pows, out=pows)
+        step_size = self._lr_dev / (1.0 - pows[..., 0])
+        bc2_sqrt = (1.0 - pows[..., 1]).sqrt()
         if isinstance(rows, Tensor):  # not one contiguous range of rows: write them back
             self._steps[rows], self._pows[rows] = steps, pows
         ps = [self._stacked[k] for k in names]
@@ -221,7 +221,7 @@ class StackedAdam:
             self.exp_avg_sq[k][sel] = 0
             self.step_count[k][sel] = 0
             if self.masked:
-                self.beta_pow[k][:, sel] = 1
+                self.beta_pow[k][sel] = 1
         self.epochs[sel] = 0
         self._lrs = self._lr_dev = None
         self._sync_uniform()
@@ -245,48 +245,27 @@ class StackedAdam:
             for k, pw in self.beta_pow.items():
                 if "beta_pow" in state:
                     pw.copy_(state["beta_pow"][k])
-                else:  # state from the fused step (a CPU checkpoint): βᵗ as the running products make it
-                    pw.copy_(_running_powers(self.step_count[k], self.cfg.betas))
+                else:  # state from the fused step (a CPU checkpoint): βᵗ from the step counts. The running
+                    # products may differ in the last bit; a run that changes engine changes rounding anyway
+                    pw.copy_(torch.stack([torch.pow(b, self.step_count[k]) for b in self.cfg.betas], -1))
         self._lrs = self._lr_dev = None
         self._sync_uniform()
 
 
-# the state entries' client axis: beta_pow holds [β₁ᵗ, β₂ᵗ] rows, [2, C]; every other entry is [C, ...]
-_CLIENT_AXIS = {"beta_pow": 1}
-
-
 def select_clients(state: dict, clients: slice) -> dict:
-    """A ``StackedAdam.state_dict`` restricted to some clients (views)."""
-    def part(key, v):
-        axis = _CLIENT_AXIS.get(key, 0)
-        return v[(slice(None),) * axis + (clients,)]
-    return {key: ({k: part(key, t) for k, t in v.items()} if isinstance(v, dict) else part(key, v))
+    """A ``StackedAdam.state_dict`` restricted to some clients (views; every entry has the clients first)."""
+    return {key: ({k: t[clients] for k, t in v.items()} if isinstance(v, dict) else v[clients])
             for key, v in state.items()}
 
 
 def concat_states(states: list[dict]) -> dict:
     """``StackedAdam.state_dict``s of several stacks as one, clients in order."""
-    def cat(key, parts):
-        return torch.cat(parts, dim=_CLIENT_AXIS.get(key, 0))
-    first = states[0]
-    return {key: ({k: cat(key, [st[key][k] for st in states]) for k in v} if isinstance(v, dict)
-                  else cat(key, [st[key] for st in states])) for key, v in first.items()}
+    return {key: ({k: torch.cat([st[key][k] for st in states]) for k in v} if isinstance(v, dict)
+                  else torch.cat([st[key] for st in states])) for key, v in states[0].items()}
 
 
 def _clone(v):
     return {k: t.clone() for k, t in v.items()} if isinstance(v, dict) else v.clone()
-
-
-def _running_powers(steps: Tensor, betas: tuple[float, float]) -> Tensor:
-    """[β₁ᵗ, β₂ᵗ] per client for step counts t [C], multiplied up one step at a time as ``step_masked`` does
-    (so a resumed stack continues with the very numbers it would have had). Reads the largest count: host
-    sync, at load time only."""
-    out = torch.ones(2, len(steps), device=steps.device)
-    for i in range(int(steps.max().item()) if len(steps) else 0):
-        more = steps > i
-        out[0] = torch.where(more, out[0] * betas[0], out[0])
-        out[1] = torch.where(more, out[1] * betas[1], out[1])
-    return out
 
 
 def mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
