@@ -25,8 +25,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedgca.reporting.bench import TIE_PP
+from fedgca.tabletext import markdown as table_text
+
 REFERENCES = ("fedavg", "fedprox", "centralized")
-TIE_PP = 0.5
+
+
+def _wtl(d: pd.Series) -> str:
+    """Files more than TIE_PP above / within / below, as the bench report counts them."""
+    return f"{int((d > TIE_PP).sum())}/{int((d.abs() <= TIE_PP).sum())}/{int((d < -TIE_PP).sum())}"
 
 
 def _runs(path: Path) -> pd.DataFrame:
@@ -53,7 +60,7 @@ def compare(runs: pd.DataFrame, plain: pd.DataFrame) -> pd.DataFrame:
             if r in per_file:
                 d = per_file["auroc"] - per_file[r]
                 out[f"vs_{r}"] = d.mean()
-                out[f"wtl_{r}"] = f"{int((d > TIE_PP).sum())}/{int((d.abs() <= TIE_PP).sum())}/{int((d < -TIE_PP).sum())}"
+                out[f"wtl_{r}"] = _wtl(d)
                 out[f"mean_{r}"] = per_file[r].mean()
         rows.append(out)
     return pd.DataFrame(rows).sort_values(["partition", "method", "server_lr"])
@@ -73,30 +80,26 @@ def secure_vs_plain(secure: pd.DataFrame, plain: pd.DataFrame) -> pd.DataFrame:
         rows.append({"method": method, "partition": partition, "files": len(per_file),
                      "seeds": int(both.index.get_level_values("seed").nunique()), "secure": per_file["auroc"].mean(),
                      "plain": per_file["plain"].mean(), "difference": d.mean(), "max_abs_file": d.abs().max(),
-                     "wtl": f"{int((d > TIE_PP).sum())}/{int((d.abs() <= TIE_PP).sum())}/{int((d < -TIE_PP).sum())}"})
+                     "wtl": _wtl(d)})
     return pd.DataFrame(rows)
 
 
 def secure_markdown(table: pd.DataFrame) -> str:
     head = ["partition", "secure variant", "files × seeds", "secure mean AUROC", "plain mean AUROC", "difference",
             "largest \\|Δ\\| on a file", "W/T/L vs plain"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in table.iterrows():
-        lines.append(f"| {r['partition']} | {r['method']} | {r['files']} × {r['seeds']} | {r['secure']:.2f} | "
-                     f"{r['plain']:.2f} | {r['difference']:+.2f} | {r['max_abs_file']:.2f} | {r['wtl']} |")
-    return "\n".join(lines) + "\n"
+    return table_text(head, [[r["partition"], r["method"], f"{r['files']} × {r['seeds']}", f"{r['secure']:.2f}",
+                              f"{r['plain']:.2f}", f"{r['difference']:+.2f}", f"{r['max_abs_file']:.2f}", r["wtl"]]
+                             for _, r in table.iterrows()])
 
 
 def markdown(table: pd.DataFrame) -> str:
     head = ["partition", "method", "η", "files × seeds", "mean AUROC", "Δ FedAvg", "W/T/L FedAvg", "Δ FedProx",
             "Δ Centralized", "W/T/L Centralized"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in table.iterrows():
-        lines.append(f"| {r['partition']} | {r['method']} | {r['server_lr']:g} | {r['files']} × {r['seeds']} | "
-                     f"{r['mean']:.2f} | {r.get('vs_fedavg', float('nan')):+.2f} | {r.get('wtl_fedavg', '')} | "
-                     f"{r.get('vs_fedprox', float('nan')):+.2f} | {r.get('vs_centralized', float('nan')):+.2f} | "
-                     f"{r.get('wtl_centralized', '')} |")
-    return "\n".join(lines) + "\n"
+    nan = float("nan")
+    return table_text(head, [[r["partition"], r["method"], f"{r['server_lr']:g}", f"{r['files']} × {r['seeds']}",
+                              f"{r['mean']:.2f}", f"{r.get('vs_fedavg', nan):+.2f}", r.get("wtl_fedavg", ""),
+                              f"{r.get('vs_fedprox', nan):+.2f}", f"{r.get('vs_centralized', nan):+.2f}",
+                              r.get("wtl_centralized", "")] for _, r in table.iterrows()])
 
 
 def main(argv=None) -> int:
