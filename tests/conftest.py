@@ -32,7 +32,7 @@ def data_dir() -> Path:
 @pytest.fixture(scope="module")
 def cluster():
     """A head node without CPUs (the driver's) and two worker nodes of one CPU each, all on 127.0.0.1 (module
-    scope: each Ray test module, test_ray.py and test_ray_faults.py, starts its own, so xdist runs them apart)."""
+    scope: test_ray.py's tests share one; its node-removing test comes last)."""
     import ray
     from ray.cluster_utils import Cluster
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import dp_accounting as dpa
 import numpy as np
 import pytest
-from test_own_data_flower import write_sites
+from site_files import write_sites
 
 from fedgca.cli.main import main
 from fedgca.data import DataError, Schema, infer_schema

@@ -107,7 +107,7 @@ def test_refuses_to_overwrite_a_different_run(tmp_path, data_dir):
 
 
 def _cli(out, data_dir, *extra):
-    return [sys.executable, "-m", "fedgca.cli.main", "run", "--dataset", "academic", "--rounds", "8",
+    return [sys.executable, "-m", "fedgca.cli.main", "run", "--dataset", "academic", "--rounds", "5",
             "--recon-epochs", "2", "--align-epochs", "2", "--data-dir", str(data_dir), "--out", str(out), *extra]
 
 
@@ -120,7 +120,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, data_dir):
         deadline = time.time() + 120
         while time.time() < deadline:  # wait until some, not all, rounds are checkpointed
             m = killed / "metrics.csv"
-            if m.exists() and m.read_text().count(",round,") >= 3:
+            if m.exists() and m.read_text().count(",round,") >= 2:
                 break
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)

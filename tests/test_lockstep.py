@@ -150,7 +150,7 @@ def test_a_killed_batched_sweep_resumes_to_the_same_numbers(tmp_path, data_dir):
     """SIGKILL `fedgca sweep --executor batched` once some run has checkpointed a round; the same command
     finishes every run once, with the metrics of an uninterrupted run one after another."""
     spec = tmp_path / "grid.toml"
-    spec.write_text("[base]\ndataset = \"academic\"\nrounds = 4\nrecon_epochs = 2\nalign_epochs = 2\nk = 10\n"
+    spec.write_text("[base]\ndataset = \"academic\"\nrounds = 3\nrecon_epochs = 1\nalign_epochs = 1\nk = 10\n"
                     "[grid]\nmethod = [\"gca\", \"fedavg\"]\nseed = [100, 200]\n")
     root = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "fedgca.cli.main", "sweep", str(spec), "--out", str(root), "--data-dir",

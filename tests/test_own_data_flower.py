@@ -1,43 +1,24 @@
 """Own data on Flower (issue #31): per-site files, the per-site test split, and the two drivers agreeing —
 `fedgca flower simulate` equals the simulator's metrics.csv byte for byte, and a loopback deployment
-(SuperLink + SuperNodes as processes) over the same files computes the simulator's numbers."""
+(SuperLink + SuperNodes as processes) over the same files computes the simulator's numbers (that deployment is
+test_flower_deploy.py's: one deployment serves all its checks)."""
 from __future__ import annotations
 
-import csv
-import dataclasses
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from site_files import site_files
 
-from fedgca.binding import bind
 from fedgca.cli.main import main
 from fedgca.data import Schema, infer_schema
 from fedgca.data.source import open_source
-
-JOBS = ("admin.", "services", "technician")
-
-
-def write_sites(root: Path, data_dir: Path, rows: int) -> Path:
-    """``root/sites``: one file per job of JOBS, bank's first ``rows`` rows of that job, the job column left out."""
-    raw = pd.read_csv(data_dir / "bank" / "bank-full.csv", sep=";")
-    site_dir = root / "sites"
-    site_dir.mkdir()
-    for job in JOBS:
-        raw[raw["job"] == job].drop(columns=["job"]).head(rows).to_csv(site_dir / f"{job.rstrip('.')}.csv",
-                                                                         sep=";", index=False)
-    return site_dir
 
 
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory, data_dir):
     """Three sites' files (bank's rows of three jobs, 2,000 each; the job column left out) and a per-site schema."""
-    root = tmp_path_factory.mktemp("sites")
-    site_dir = write_sites(root, data_dir, 2000)
-    schema, _ = infer_schema(site_dir / "admin.csv", label="y", normal="no")
-    schema = schema.with_test("per-site")
-    schema.save(root / "schema.json")
-    return site_dir, root / "schema.json"
+    return site_files(tmp_path_factory.mktemp("sites"), data_dir)
 
 
 def _args(sites, method: str, out: Path) -> list[str]:
@@ -74,35 +55,6 @@ def test_per_site_split_draws_each_site_alone(sites):
         _, test = site_split(t.labels, schema, 100, i, name)
         assert (ds.test_sites == i).sum() == len(test)
         assert ds.test_y[ds.test_sites == i].sum() == (t.labels == "yes").sum()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_loopback_deployment_over_site_files(sites, tmp_path):
-    """SuperLink and three SuperNodes on 127.0.0.1, each SuperNode reading one site's file: round 1 ends
-    with the simulator's figures to the last digit."""
-    from fedgca.flower.config import to_run_config
-    from fedgca.flower.deploy import LocalDeployment, write_app
-    from fedgca.flower.simulation import own_data_nodes
-    from fedgca.simulation.runner import run
-
-    site_dir, schema = sites
-    source = open_source(site_dir, schema)
-    cfg, dataset = bind({"method": "gca", "partition": "natural", "rounds": 1, "recon_epochs": 1, "align_epochs": 1},
-                        source)
-    sim = run(cfg, tmp_path / "sim", source=source, dataset=dataset, progress=False)
-    out = tmp_path / "out"
-    nodes = list(own_data_nodes(source, tmp_path / "nodes").values())
-    app = write_app(tmp_path / "app", to_run_config(cfg, out_dir=str(out), eval_recon_epochs=False))
-    with LocalDeployment(tmp_path / "deploy", nodes) as dep:
-        assert dep.run(app, timeout=400).returncode == 0, dep.log("flwr-run.log")[-3000:]
-    figures = ("accuracy", "auroc", "auprc", "train_error")
-
-    def round_rows(path):
-        return [{m: r[m] for m in figures} for r in csv.DictReader(path.open()) if r["phase"] == "round"]
-
-    assert round_rows(out / "metrics.csv") == round_rows(tmp_path / "sim" / "metrics.csv")
-    assert sim["clients"] == 3 and dataclasses.asdict(cfg)["data_digest"]
 
 
 def _with_tiny_site(sites, root: Path) -> Path:

@@ -1,12 +1,17 @@
 """The Ray executor of sweep/compare on a local multi-node Ray cluster bound to 127.0.0.1: the same run
 directories as the local pool, byte for byte; a killed worker process or node costs only that run's
-progress; the scratch path for nodes that do not share the driver's filesystem."""
+progress (Ray retries it from its checkpoint; the run ends with the local executor's bytes); the scratch path
+for nodes that do not share the driver's filesystem. One cluster serves the module (starting one costs
+seconds of CPU on 2 cores); the test that removes a node comes last."""
 from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+from pathlib import Path
 
 import pytest
+import ray_helpers as h
 from ray_helpers import (
     _cfg,
     _finished_once,
@@ -97,8 +102,41 @@ def test_compare_on_a_local_ray_instance_bound_to_loopback(tmp_path, data_dir):
                            "--workers", "1"], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"nodes at {LOOPBACK}" in done.stderr
-    local = subprocess.run([sys.executable, "-m", "fedgca.cli.main", *args, "--out", str(tmp_path / "loc"),
-                            "--workers", "0"], capture_output=True, text=True, timeout=300)
-    assert local.returncode == 0, local.stderr[-2000:]
     configs = [sweep.canonical(RunConfig("academic", method=m, seed=1, rounds=1)) for m in ("gca", "single")]
-    _same_runs(out, tmp_path / "loc", configs)
+    _same_runs(out, _reference(tmp_path, configs, data_dir), configs)
+
+
+def test_a_killed_worker_process_costs_only_its_runs_progress(cluster, tmp_path, data_dir):
+    cfg = h._cfg(method="gca", seed=7, rounds=4, recon_epochs=2, align_epochs=2)
+    root = tmp_path / "ray"
+    killer = h._kill_when_checkpointed(root, cfg, lambda pid: os.kill(pid, signal.SIGKILL))
+    res = sweep.run_sweep([cfg], root, data_dir=data_dir, executor=executor("ray", workers=1))
+    killer.join(5)
+    assert "killed" in killer.done, "the run finished before it could be killed"
+    assert res["finished"] == 1 and not res["failed"]
+    starts = [e for e in h._started(root) if e["key"] == cfg.key()]
+    assert len(starts) == 2 and starts[1]["resume"] is True  # Ray retried it, from the last checkpoint
+    h._same_runs(root, h._reference(tmp_path, [cfg], data_dir), [cfg])
+    h._finished_once(root, [cfg])
+
+
+def test_a_killed_node_costs_only_its_runs_progress(cluster, tmp_path, data_dir):
+    c, workers, node = cluster
+    configs = [h._cfg(method="gca", seed=s, rounds=4, recon_epochs=2, align_epochs=2) for s in (11, 12)]
+    root = tmp_path / "ray"
+
+    def kill_node(pid: int) -> None:  # the worker node whose raylet started this worker process
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        victim = next(n for n in workers if n.all_processes["raylet"][0].process.pid == ppid)
+        c.remove_node(victim, allow_graceful=False)  # its run is retried on the other node
+        workers.remove(victim)
+
+    killer = h._kill_when_checkpointed(root, configs[0], kill_node)
+    res = sweep.run_sweep(configs, root, data_dir=data_dir, executor=executor("ray", workers=2))
+    killer.join(5)
+    assert "killed" in killer.done, "the run finished before its node could be killed"
+    assert res["finished"] == 2 and not res["failed"]
+    assert len([e for e in h._started(root) if e["key"] == configs[0].key()]) == 2
+    h._same_runs(root, h._reference(tmp_path, configs, data_dir), configs)
+    h._finished_once(root, configs)
+    assert set(node_addresses()) == {LOOPBACK}

@@ -18,12 +18,21 @@ def _block(marker: str, lang: str) -> str:
     return re.search(rf"```{lang}\n(.*?)```", after, re.S).group(1)
 
 
+def _every_third_row(data_dir: Path, out: Path) -> Path:
+    """bank-full.csv's header and every third row: the same columns and the same 12 sites, a third of the time."""
+    lines = (data_dir / "bank" / "bank-full.csv").read_text().splitlines(keepends=True)
+    out.write_text(lines[0] + "".join(lines[1::3]))
+    return out
+
+
 def test_readme_own_data_commands(tmp_path, data_dir, monkeypatch, capsys):
+    """The block as written, on every third row of bank-full.csv (its path is the one thing replaced)."""
     from fedgca.cli.main import main
 
     monkeypatch.chdir(tmp_path)
+    bank = _every_third_row(data_dir, tmp_path / "bank-full.csv")
     for line in _block("own-data-commands", "bash").splitlines():
-        line = line.strip().replace("../shared/data", str(data_dir))
+        line = line.strip().replace("../shared/data/bank/bank-full.csv", str(bank))
         if not line or line.startswith("#"):
             continue
         if line.startswith(".venv/bin/fedgca "):
@@ -40,8 +49,7 @@ def readme_python(tmp_path_factory, data_dir):
     """README's Python block, reading every third row of bank-full.csv (the same columns and sites, a third of the
     time): written as example.py, and the same with compare(..., workers=2)."""
     root = tmp_path_factory.mktemp("readme_python")
-    lines = (data_dir / "bank" / "bank-full.csv").read_text().splitlines(keepends=True)
-    (root / "bank.csv").write_text(lines[0] + "".join(lines[1::3]))
+    _every_third_row(data_dir, root / "bank.csv")
     code = _block("own-data-python", "python").replace("../shared/data/bank/bank-full.csv", str(root / "bank.csv"))
     assert "fedgca.compare(" in code and "rounds=2)" in code
     (root / "example.py").write_text(code)
