@@ -11,12 +11,13 @@ import signal
 from pathlib import Path
 
 import pytest
-import ray_helpers as h
 from ray_helpers import (
     _cfg,
     _finished_once,
+    _kill_when_checkpointed,
     _reference,
     _same_runs,
+    _started,
 )
 
 from fedgca.config import RunConfig
@@ -107,22 +108,22 @@ def test_compare_on_a_local_ray_instance_bound_to_loopback(tmp_path, data_dir):
 
 
 def test_a_killed_worker_process_costs_only_its_runs_progress(cluster, tmp_path, data_dir):
-    cfg = h._cfg(method="gca", seed=7, rounds=4, recon_epochs=2, align_epochs=2)
+    cfg = _cfg(method="gca", seed=7, rounds=4, recon_epochs=2, align_epochs=2)
     root = tmp_path / "ray"
-    killer = h._kill_when_checkpointed(root, cfg, lambda pid: os.kill(pid, signal.SIGKILL))
+    killer = _kill_when_checkpointed(root, cfg, lambda pid: os.kill(pid, signal.SIGKILL))
     res = sweep.run_sweep([cfg], root, data_dir=data_dir, executor=executor("ray", workers=1))
     killer.join(5)
     assert "killed" in killer.done, "the run finished before it could be killed"
     assert res["finished"] == 1 and not res["failed"]
-    starts = [e for e in h._started(root) if e["key"] == cfg.key()]
+    starts = [e for e in _started(root) if e["key"] == cfg.key()]
     assert len(starts) == 2 and starts[1]["resume"] is True  # Ray retried it, from the last checkpoint
-    h._same_runs(root, h._reference(tmp_path, [cfg], data_dir), [cfg])
-    h._finished_once(root, [cfg])
+    _same_runs(root, _reference(tmp_path, [cfg], data_dir), [cfg])
+    _finished_once(root, [cfg])
 
 
 def test_a_killed_node_costs_only_its_runs_progress(cluster, tmp_path, data_dir):
     c, workers, node = cluster
-    configs = [h._cfg(method="gca", seed=s, rounds=4, recon_epochs=2, align_epochs=2) for s in (11, 12)]
+    configs = [_cfg(method="gca", seed=s, rounds=4, recon_epochs=2, align_epochs=2) for s in (11, 12)]
     root = tmp_path / "ray"
 
     def kill_node(pid: int) -> None:  # the worker node whose raylet started this worker process
@@ -131,12 +132,12 @@ def test_a_killed_node_costs_only_its_runs_progress(cluster, tmp_path, data_dir)
         c.remove_node(victim, allow_graceful=False)  # its run is retried on the other node
         workers.remove(victim)
 
-    killer = h._kill_when_checkpointed(root, configs[0], kill_node)
+    killer = _kill_when_checkpointed(root, configs[0], kill_node)
     res = sweep.run_sweep(configs, root, data_dir=data_dir, executor=executor("ray", workers=2))
     killer.join(5)
     assert "killed" in killer.done, "the run finished before its node could be killed"
     assert res["finished"] == 2 and not res["failed"]
-    assert len([e for e in h._started(root) if e["key"] == configs[0].key()]) == 2
-    h._same_runs(root, h._reference(tmp_path, configs, data_dir), configs)
-    h._finished_once(root, configs)
+    assert len([e for e in _started(root) if e["key"] == configs[0].key()]) == 2
+    _same_runs(root, _reference(tmp_path, configs, data_dir), configs)
+    _finished_once(root, configs)
     assert set(node_addresses()) == {LOOPBACK}
