@@ -14,6 +14,17 @@ from fedgca.threads import limit_threads  # noqa: E402
 
 limit_threads(1)
 
+# Scratch directories in RAM where the machine has it (Linux's /dev/shm), unless $TMPDIR says otherwise: every run
+# fsyncs its checkpoint and outputs each round (the power-loss rule, fedgca.rundir), which no test can exercise, and
+# on a disk those waits were ~10 % of the suite's time. The code path is the same; only the disk is faster. The
+# processes the tests start inherit it.
+_RAM = Path("/dev/shm")
+if "TMPDIR" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os.X_OK):
+    import tempfile
+
+    os.environ["TMPDIR"] = str(_RAM)
+    tempfile.tempdir = None  # read $TMPDIR again
+
 # The project's read-only shared data sits beside the repository (../shared/data).
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

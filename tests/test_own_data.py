@@ -226,6 +226,16 @@ def test_dirty_data_rules():
     json.dumps(pre.to_dict())  # a detector can store it
 
 
+def test_a_column_of_numbers_and_words_is_categorical_and_the_note_counts_its_cells():
+    """Numbers are parsed once per distinct value; the note still counts cells, and names the first word."""
+    df = pd.DataFrame({"a": ["1", "2", "x", " 3", "", None, "y", "x"], "b": ["1.5", "2", "3", "4", "5", "6", "7", "8e0"],
+                       "label": ["ok"] * 7 + ["bad"]})
+    schema, notes = infer_schema(df, label="label", normal="ok")
+    assert schema.categories["a"] == ["1", "2", "3", "MISSING", "x", "y"]
+    assert [f.type for f in schema.features] == ["categorical", "numeric"]
+    assert "'a' is categorical: 3 of its cells are not numbers (e.g. 'x')" in notes
+
+
 # --------------------------------------------------------------------------- bad input: one line, exit 2, nothing written
 
 

@@ -34,6 +34,7 @@ part in with dp-accounting's RDP accountant.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -158,14 +159,19 @@ def epsilon(event, delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
+@functools.lru_cache(maxsize=4096)
+def client_epsilon(schedule: ClientSchedule, dp: RecordDP, delta: float) -> float:
+    """ε of one client's schedule. Memoised: the accountant is a pure function of these, and a run asks for the
+    same ones again (its calibration, its summary, every client of equal size; a sweep's seeds), at 0.2–0.6 s a
+    call."""
+    if dp.grad_sigma > 0 and (schedule.upload_rows == 0 or dp.code_sigma > 0):
+        return epsilon(client_event(schedule, dp), delta)
+    return math.inf
+
+
 def client_epsilons(schedules: list[ClientSchedule], dp: RecordDP, delta: float) -> list[float]:
-    """ε_i of every client (clients with equal schedules are accounted once)."""
-    cache: dict[ClientSchedule, float] = {}
-    for s in schedules:
-        if s not in cache:
-            cache[s] = epsilon(client_event(s, dp), delta) if dp.grad_sigma > 0 and (
-                s.upload_rows == 0 or dp.code_sigma > 0) else math.inf
-    return [cache[s] for s in schedules]
+    """ε_i of every client."""
+    return [client_epsilon(s, dp, delta) for s in schedules]
 
 
 def calibrate(schedules: list[ClientSchedule], dp: RecordDP, delta: float, target_epsilon: float,
