@@ -236,6 +236,28 @@ def test_a_column_of_numbers_and_words_is_categorical_and_the_note_counts_its_ce
     assert "'a' is categorical: 3 of its cells are not numbers (e.g. 'x')" in notes
 
 
+def test_a_file_loaded_again_in_one_process_is_the_same_dataset_in_a_copy_of_its_own(tmp_path, data_dir):
+    """Loads of a file are kept per process (``data.source``): a second load equals the first, is a copy the caller
+    may change, and a rewritten file is read again."""
+    lines = (data_dir / "bank" / "bank-full.csv").read_text().splitlines(keepends=True)
+    path = tmp_path / "bank.csv"
+    path.write_text("".join(lines[:3001]))
+    schema, _ = infer_schema(path, label="y", normal="no")
+    src = DataSource(str(path), schema, name="bank-head")
+    first, again = src.load(1), src.load(1)
+    assert first.train is not again.train and np.array_equal(first.train, again.train)
+    assert np.array_equal(first.test_x, again.test_x) and first.info.keys() == again.info.keys()
+    for k, v in first.info.items():
+        assert np.array_equal(v, again.info[k]) if isinstance(v, np.ndarray) else v == again.info[k], k
+    first.train[:] = 0
+    first.info["changed"] = True
+    third = src.load(1)
+    assert np.array_equal(third.train, again.train) and "changed" not in third.info
+    assert not np.array_equal(src.load(2).test_x, third.test_x)  # another seed, another split
+    path.write_text("".join(lines[:2001]))
+    assert len(src.load(1).train) < len(third.train)
+
+
 # --------------------------------------------------------------------------- bad input: one line, exit 2, nothing written
 
 

@@ -176,8 +176,10 @@ def run_bench(p: BenchPlan, root, executor=None, *, peer_workers: int | None = N
     executor = executor if executor is not None else LocalPool()
     if p.peers:
         from fedgca.experiments import peers
+        from fedgca.experiments.pool import worker_context
 
         peers.require()
+        worker_context(peers=True)  # before the runs' pool starts the fork server: its workers fit peers too
     write_plan(root, p)
     result = sweep.run_sweep(p.configs, root, executor=executor, sources=p.sources, order="longest-first") \
         if p.configs else {"total": 0, "skipped": 0, "finished": 0, "failed": []}
@@ -229,7 +231,7 @@ def run_peers(p: BenchPlan, root: Path, workers: int) -> dict:
                 outcomes.append(err)
     else:
         pool = cf.ProcessPoolExecutor(max_workers=max(1, min(workers, len(args))),
-                                      mp_context=worker_context(),
+                                      mp_context=worker_context(peers=True),
                                       initializer=_worker_init, initargs=(1, False))
         completed = False
         try:

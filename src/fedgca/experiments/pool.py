@@ -22,27 +22,32 @@ from pathlib import Path
 
 from fedgca.threads import limit_threads
 
-# What a run's or a peer fit's process would import on its way (measured: torch 1.5 s, scikit-learn's clustering
-# 1.3 s, pandas 0.5 s, PyOD's detectors 1.3 s): imported once, by the fork server. A module that is not installed
-# (PyOD without fedgca[peers]) is skipped there.
+# What a run's process would import on its way (measured: torch 1.5 s, scikit-learn's clustering 1.3 s, pandas
+# 0.5 s): imported once, by the fork server. PyOD's detectors (another 1 s) only where a peer fit will run
+# (``worker_context(peers=True)``). A module that is not installed (PyOD without fedgca[peers]) is skipped there.
 PRELOAD = ("numpy", "pandas", "torch", "scipy.stats", "sklearn.cluster", "sklearn.mixture", "sklearn.metrics",
            "fedgca.simulation.runner", "fedgca.experiments.sweep", "fedgca.protocol.clustering.fit",
-           "fedgca.protocol.clustering.gmm", "fedgca.experiments.peers", "fedgca.detector", "pyod.models.iforest",
-           "pyod.models.ecod", "pyod.models.auto_encoder", "pyod.models.knn", "pyod.models.lof")
+           "fedgca.protocol.clustering.gmm", "fedgca.detector")
+PEER_PRELOAD = ("fedgca.experiments.peers", "pyod.models.iforest", "pyod.models.ecod", "pyod.models.auto_encoder",
+                "pyod.models.knn", "pyod.models.lof")
 START_METHODS = ("forkserver", "spawn")
 START_ENV = "FEDGCA_WORKER_START"
+_peers_wanted = False  # once a process asked for peers, its fork server (started once) preloads them
 
 
-def worker_context():
+def worker_context(peers: bool = False):
     """The multiprocessing context of the local pools: the warm fork server where the platform has one (Linux,
-    macOS), else fresh interpreters ("spawn"); ``$FEDGCA_WORKER_START`` chooses."""
+    macOS), else fresh interpreters ("spawn"); ``$FEDGCA_WORKER_START`` chooses. ``peers``: this process will fit
+    PyOD peers (the bench asks before its first pool, since the server reads its preload list once)."""
+    global _peers_wanted
+    _peers_wanted = _peers_wanted or peers
     method = os.environ.get(START_ENV) or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
                                           else "spawn")
     if method not in START_METHODS:
         raise ValueError(f"${START_ENV} must be one of {', '.join(START_METHODS)}, got {method!r}")
     ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(list(PRELOAD))  # read when the server starts: once per sweep process
+    if method == "forkserver":  # read when the server starts: once per sweep process
+        ctx.set_forkserver_preload(list(PRELOAD + (PEER_PRELOAD if _peers_wanted else ())))
     return ctx
 
 
