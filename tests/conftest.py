@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,12 +15,13 @@ from fedgca.threads import limit_threads  # noqa: E402
 
 limit_threads(1)
 
-# Scratch directories in RAM where the machine has it (Linux's /dev/shm), unless $TMPDIR says otherwise: every run
-# fsyncs its checkpoint and outputs each round (the power-loss rule, fedgca.rundir), which no test can exercise, and
-# on a disk those waits were ~10 % of the suite's time. The code path is the same; only the disk is faster. The
-# processes the tests start inherit it.
+# Scratch directories in RAM where the machine has room there (Linux's /dev/shm; a container's is often 64 MB, and
+# a run of the suite writes ~300 MB), unless $TMPDIR says otherwise: every run fsyncs its checkpoint and outputs each
+# round (the power-loss rule, fedgca.rundir), which no test can exercise, and on a disk those waits were ~10 % of the
+# suite's time. The code path is the same; only the disk is faster. The processes the tests start inherit it.
 _RAM = Path("/dev/shm")
-if "TMPDIR" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os.X_OK):
+if "TMPDIR" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os.X_OK) \
+        and shutil.disk_usage(_RAM).free >= 2 * 2**30:
     import tempfile
 
     os.environ["TMPDIR"] = str(_RAM)
