@@ -33,8 +33,10 @@ def _rows(path: Path) -> list[dict]:
     return list(csv.DictReader((path / "metrics.csv").open()))
 
 
-def _magic(**kw) -> RunConfig:
-    return RunConfig(**{"dataset": "magic", "clients": 3, "rounds": 2, "recon_epochs": 1, "align_epochs": 1,
+def _academic(**kw) -> RunConfig:
+    """The federations these tests run: academic (4,424 rows), 3 clients, 2 rounds. The identities under test are
+    code paths; a run on magic cost 2-4× as much."""
+    return RunConfig(**{"dataset": "academic", "clients": 3, "rounds": 2, "recon_epochs": 1, "align_epochs": 1,
                         "seed": 100, **kw})
 
 
@@ -42,14 +44,14 @@ def _magic(**kw) -> RunConfig:
 
 
 def test_gca_flower_simulation_matches_simulator(tmp_path, data_dir):
-    """Magic, 3 clients, 2 rounds, same config and seed: same client metrics, uploads and bytes."""
-    cfg = _magic()
+    """Academic, 3 clients, 2 rounds, same config and seed: same client metrics, uploads and bytes."""
+    cfg = _academic()
     fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
     sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
     # the same functions on the same draws: metrics.csv is byte-identical
     assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
-    assert fl["uploads_per_round"] == sim["uploads_per_round"] == 1_410
-    assert fl["bytes_up_per_round"] == sim["bytes_up_per_round"] == 4 * 1_410 * 16
+    assert fl["uploads_per_round"] == sim["uploads_per_round"] == 393  # ⌊0.5 · 263⌋ + ⌊0.5 · 263⌋ + ⌊0.5 · 262⌋
+    assert fl["bytes_up_per_round"] == sim["bytes_up_per_round"] == 4 * 393 * 16
     assert fl["bytes_down_per_round"] == sim["bytes_down_per_round"]
     assert fl["client_sizes"] == sim["client_sizes"]
     for p in ("final", "peak"):
@@ -72,7 +74,7 @@ def test_ray_simulation_engine_matches_simulator(tmp_path, data_dir):
     """Flower's Ray engine, the in-process engine and the simulator: byte-identical metrics.csv (every
     process computes with one torch thread and one BLAS thread). The Ray engine's nodes, which Flower gives no
     node config, write their detectors and keep their state as the in-process engine's do."""
-    cfg = _magic(dataset="academic", k=10)
+    cfg = _academic(k=10)
     simulate(cfg, tmp_path / "ray", engine="ray", data_dir=data_dir, reply_timeout=300)
     simulate(cfg, tmp_path / "inprocess", data_dir=data_dir, reply_timeout=120)
     run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
@@ -92,7 +94,7 @@ def test_ray_simulation_engine_matches_simulator(tmp_path, data_dir):
 def test_partial_participation_samples_as_the_simulator(tmp_path, data_dir):
     from fedgca.simulation.federation import build_federation
 
-    cfg = _magic(clients=4, participation=0.5, k=10)
+    cfg = _academic(clients=4, participation=0.5, k=10)
     s = simulate(cfg, tmp_path, data_dir=data_dir, eval_recon_epochs=False)
     fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
     expected = [[int(i) for i in torch.nonzero(fed.participants(r)).flatten()] for r in range(2)]
@@ -107,7 +109,7 @@ def test_partial_participation_samples_as_the_simulator(tmp_path, data_dir):
 def test_bad_uploads_are_rejected_and_the_round_completes(tmp_path, data_dir, caplog):
     faults = {1: "nan-codes", 2: "wrong-shape", 3: "extra-rows", 4: "extra-array", 5: "crash", 6: "float64",
               7: "inf-codes"}
-    cfg = _magic(clients=8, rounds=1, k=10)
+    cfg = _academic(clients=8, rounds=1, k=10)
     with caplog.at_level(logging.WARNING, logger="fedgca"):
         s = simulate(cfg, tmp_path, data_dir=data_dir, eval_recon_epochs=False, client_app=faulty_client_app(),
                      node_extra={i: {"fault": f} for i, f in faults.items()})
@@ -121,7 +123,7 @@ def test_bad_uploads_are_rejected_and_the_round_completes(tmp_path, data_dir, ca
     assert "fault injection: crash" in p["dropped"]["5"]
     comm = json.loads((tmp_path / "comm.json").read_text())[0]
     assert comm["evaluated"] == [0] and comm["accepted"] == {"train": [0], "align": [0]}
-    assert comm["uploads"] == 176 and comm["bytes_up"] == 4 * 176 * 16  # ⌊0.25 · 706⌋
+    assert comm["uploads"] == 49 and comm["bytes_up"] == 4 * 49 * 16  # ⌊0.5 · 99⌋
     assert 0 <= s["final"]["accuracy"] <= 1
     assert "rejected reply of client 1" in caplog.text and "upload contains NaN or inf" in caplog.text
     assert "dropping node" in caplog.text
@@ -142,7 +144,7 @@ def test_silent_node_is_dropped_after_reply_timeout(tmp_path, data_dir):
                 self.down.add(1002)  # client 2's node goes silent before round 2
             return super().push_messages(messages)
 
-    cfg = _magic(k=10)
+    cfg = _academic(k=10)
     nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
     run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(tmp_path), reply_timeout=1.0,
                                                 eval_recon_epochs=False)), client_app.app, nodes,
@@ -174,7 +176,7 @@ def test_restarted_node_rejoins_with_its_client_id(tmp_path, data_dir):
                                               state=RecordDict(), run_config=dict(old.run_config))
             return super().push_messages(messages)
 
-    cfg = _magic(k=10, rounds=3)
+    cfg = _academic(k=10, rounds=3)
     nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
     run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(tmp_path), reply_timeout=1.0,
                                                 eval_recon_epochs=False)), client_app.app, nodes,
@@ -190,7 +192,7 @@ def check_codes(content, *, max_rows, latent_dim):
     """A GCA upload as the ServerApp takes it: decoded for its step, then checked by the method."""
     from fedgca.algorithms import method_for
 
-    gca = method_for(_magic(rho=0.5), "tabular", [max_rows * 2])
+    gca = method_for(_academic(rho=0.5), "tabular", [max_rows * 2])
     reply = gca.check(gca.steps[0], decode_reply(content, gca.steps[0]), 2 * max_rows, latent_dim)
     return reply.arrays["z"]
 
@@ -222,8 +224,7 @@ def test_every_flower_method_matches_the_simulator(tmp_path, data_dir, method):
     does not release its training error, so that column alone differs there."""
     spec = methods.get(method)
     dp = {"val_fraction": 0.1, "threshold": "val-quantile", "target_epsilon": 50.0} if spec.record_dp else {}
-    # academic (4,424 rows): the identity under test is the code path, and a magic run costs 2-4× as much
-    cfg = _magic(dataset="academic", method=method, local_epochs=1, **dp)
+    cfg = _academic(method=method, local_epochs=1, **dp)
     fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
     sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
     if not spec.record_dp:
@@ -437,8 +438,8 @@ def test_align_evaluations_of_the_ablation_client_alone_match_the_simulator_and_
     """--eval-align-clients client0: after each alignment epoch only client 0 is evaluated, on both drivers
     (metrics.csv byte-identical); its figures are exactly client 0's in the all-client run, whose other rows
     (training draws no randomness from evaluations) are the same too."""
-    one = _magic(eval_align_epochs=True, eval_align_clients="client0", align_epochs=2)
-    every = _magic(eval_align_epochs=True, align_epochs=2)
+    one = _academic(eval_align_epochs=True, eval_align_clients="client0", align_epochs=2)
+    every = _academic(eval_align_epochs=True, align_epochs=2)
     simulate(one, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
     run(one, tmp_path / "sim", data_dir=data_dir, progress=False)
     run(every, tmp_path / "all", data_dir=data_dir, progress=False)
@@ -517,7 +518,7 @@ def test_a_restarted_node_with_a_state_dir_continues_its_client(tmp_path, data_d
     from fedgca.flower.inprocess import InProcessGrid, run_inprocess
     from fedgca.flower.server_app import make_server_app
 
-    cfg = _magic(method=method, k=10, local_epochs=1)
+    cfg = _academic(method=method, k=10, local_epochs=1)
 
     def run(name, grid, state_dir):
         nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir),

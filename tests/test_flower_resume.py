@@ -18,8 +18,8 @@ class Killed(Exception):
     """The ServerApp dies (in the in-process engine: an exception out of its loop)."""
 
 
-def _magic(**kw) -> RunConfig:
-    return RunConfig(**{"dataset": "magic", "clients": 3, "rounds": 3, "local_epochs": 1, "recon_epochs": 1,
+def _academic(**kw) -> RunConfig:
+    return RunConfig(**{"dataset": "academic", "clients": 3, "rounds": 3, "local_epochs": 1, "recon_epochs": 1,
                         "align_epochs": 1, "seed": 100, **kw})
 
 
@@ -52,7 +52,7 @@ def _untimed(path):
 def test_a_killed_server_resumes_to_the_uninterrupted_run(tmp_path, data_dir, monkeypatch, method, extra):
     """metrics.csv, comm.json (less its timing) and every deployed detector byte for byte; without the nodes'
     saved states the same resume ends elsewhere (what the states are for: checked once, for GCA)."""
-    cfg = _magic(method=method, **extra)
+    cfg = _academic(method=method, **extra)
     simulate(cfg, tmp_path / "whole", data_dir=data_dir, reply_timeout=60)
     _killed_in_round_3(monkeypatch, cfg, tmp_path / "resumed", data_dir)
     shutil.copytree(tmp_path / "resumed", tmp_path / "no-state")
@@ -74,7 +74,7 @@ def test_a_killed_server_resumes_to_the_uninterrupted_run(tmp_path, data_dir, mo
 
 def test_a_resume_with_another_federation_or_other_options_is_refused_and_writes_nothing(tmp_path, data_dir,
                                                                                           monkeypatch):
-    cfg = _magic(method="gca")
+    cfg = _academic(method="gca")
     out = tmp_path / "run"
     _killed_in_round_3(monkeypatch, cfg, out, data_dir)
 
@@ -86,7 +86,7 @@ def test_a_resume_with_another_federation_or_other_options_is_refused_and_writes
     with pytest.raises(ResumeRefused, match=r"^resume: the clients that registered \(\[0, 1, 7\]\) are not the run's"):
         simulate(cfg, out, data_dir=data_dir, reply_timeout=60, resume=True, node_extra=other)
     with pytest.raises(ResumeRefused, match=r"^resume: .* holds a run with other options \(differs in: seed\)$"):
-        simulate(_magic(method="gca", seed=101), out, data_dir=data_dir, reply_timeout=60, resume=True)
+        simulate(_academic(method="gca", seed=101), out, data_dir=data_dir, reply_timeout=60, resume=True)
     assert snapshot() == before
     simulate(cfg, out, data_dir=data_dir, reply_timeout=60, resume=True)  # the run itself still resumes
     with pytest.raises(ResumeRefused, match="holds a finished run"):

@@ -21,8 +21,8 @@ from fedgca.protocol.secagg import Contribution, Part
 SECURE = ["secagg-fedavg", "secagg-fedprox", "secagg-gca"]
 
 
-def _magic(**kw) -> RunConfig:
-    return RunConfig(**{"dataset": "magic", "method": "secagg-fedavg", "clients": 3, "rounds": 2,
+def _academic(**kw) -> RunConfig:
+    return RunConfig(**{"dataset": "academic", "method": "secagg-fedavg", "clients": 3, "rounds": 2,
                         "local_epochs": 1, "recon_epochs": 1, "align_epochs": 1, "seed": 100, **kw})
 
 
@@ -111,7 +111,7 @@ def test_a_secure_run_refuses_a_node_that_would_mask_otherwise(tmp_path, data_di
     nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
     with pytest.raises(MaskGeneratorError, match=r"^client 1 \(node \d+\) masks with 'Flower own 32-bit-seeded "
                                                  r"generator', not 'aes256-ctr.*refused$"):
-        run_inprocess(make_server_app(to_run_config(_magic(), out_dir=str(tmp_path / "run"))), app, nodes)
+        run_inprocess(make_server_app(to_run_config(_academic(), out_dir=str(tmp_path / "run"))), app, nodes)
     rounds = tmp_path / "run" / "rounds.jsonl"
     assert not rounds.exists() or rounds.read_text() == ""  # no round was played
 
@@ -264,7 +264,7 @@ def test_the_server_receives_no_per_client_number(tmp_path, data_dir, method, se
     from fedgca.flower.secagg import EXCHANGE, LEGACY_CONFIG, SECAGG
 
     extra = {"val_fraction": 0.1, "selection": selection} if selection else {}
-    summary = _spy_run(_magic(method=method, **extra), tmp_path, data_dir)
+    summary = _spy_run(_academic(method=method, **extra), tmp_path, data_dir)
     types = {m.metadata.message_type for m in _Spying.received}
     assert types <= {"query.info", "train", "query.deploy"}, types  # no evaluate, candidate or plain step reply
     masked = 0
@@ -361,7 +361,7 @@ def test_a_curious_server_cannot_undo_the_masks(tmp_path, data_dir, monkeypatch)
                 mod.pseudo_rand_gen = wf.pseudo_rand_gen = flower_generator
                 return masks.NAME
             monkeypatch.setattr(flower_masks, "in_force", flower_in_force)
-        _spy_run(_magic(clients=2, rounds=1), tmp_path / name, data_dir)
+        _spy_run(_academic(clients=2, rounds=1), tmp_path / name, data_dir)
         monkeypatch.undo()
         vectors, shares = _first_exchange(_Spying.received)
         windows = [range(max(0, _fold32(k) - 2 ** 11), _fold32(k) + 2 ** 11) for k in dict.fromkeys(keys[:4])]
@@ -401,7 +401,7 @@ def test_a_sum_of_one_contribution_is_refused_alike_in_both_drivers(tmp_path, da
     from fedgca.simulation.runner import run
 
     _diverging(monkeypatch, {1, 2}, at_round=1)
-    cfg = _magic(rounds=3)
+    cfg = _academic(rounds=3)
     with caplog.at_level(logging.WARNING, logger="fedgca"):
         run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
         simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=60)
@@ -420,7 +420,7 @@ def test_partial_participation_is_the_same_in_both_drivers(tmp_path, data_dir, m
     from fedgca.flower.simulation import simulate
     from fedgca.simulation.runner import run
 
-    cfg = _magic(method=method, clients=4, participation=0.5, rounds=2)
+    cfg = _academic(method=method, clients=4, participation=0.5, rounds=2)
     simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=60)
     run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
     assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
@@ -430,12 +430,12 @@ def test_two_clients_warn_and_a_round_of_one_is_refused(tmp_path, data_dir, capl
     from fedgca.simulation.runner import run
 
     with caplog.at_level(logging.WARNING, logger="fedgca"):
-        s = run(_magic(clients=2, rounds=1), tmp_path / "two", data_dir=data_dir, progress=False)
+        s = run(_academic(clients=2, rounds=1), tmp_path / "two", data_dir=data_dir, progress=False)
     assert "each client learns the other's model" in caplog.text and "learns the other" in s["k_note"]
     with pytest.raises(ValueError, match="every round needs 2 or more"):
-        run(_magic(clients=3, participation=0.5, rounds=1), tmp_path / "half", data_dir=data_dir, progress=False)
+        run(_academic(clients=3, participation=0.5, rounds=1), tmp_path / "half", data_dir=data_dir, progress=False)
     with pytest.raises(ValueError, match="evaluates one client alone"):
-        _magic(method="secagg-gca", eval_align_epochs=True, eval_align_clients="client0").resolved().validate()
+        _academic(method="secagg-gca", eval_align_epochs=True, eval_align_clients="client0").resolved().validate()
 
 
 def _faulty_app(crash_clients):
@@ -467,7 +467,7 @@ def test_a_client_lost_in_the_secure_round(tmp_path, data_dir, caplog, lost):
     from fedgca.flower.inprocess import run_inprocess
     from fedgca.flower.server_app import make_server_app
 
-    cfg = _magic(rounds=2)
+    cfg = _academic(rounds=2)
     nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
     with caplog.at_level(logging.WARNING, logger="fedgca"):
         run_inprocess(make_server_app(to_run_config(cfg, out_dir=str(tmp_path), reply_timeout=30.0)),
@@ -511,7 +511,7 @@ def test_a_client_lost_before_sharing_its_keys_leaves_the_sum_to_the_others(tmp_
     app.query("deploy")(fedgca_client.deploy)
     app.train()(fedgca_client.train)
     nodes = [{"partition-id": i, "num-partitions": 3, "data-dir": str(data_dir)} for i in range(3)]
-    run_inprocess(make_server_app(to_run_config(_magic(rounds=3), out_dir=str(tmp_path), reply_timeout=30.0)), app,
+    run_inprocess(make_server_app(to_run_config(_academic(rounds=3), out_dir=str(tmp_path), reply_timeout=30.0)), app,
                   nodes)
     rounds = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
     assert [r["took_part"] for r in rounds] == [[0, 1, 2], [0, 1], [0, 1, 2]]
@@ -533,15 +533,15 @@ def test_secure_methods_are_the_sum_rules():
 def test_secure_fedavg_equals_fedavg_up_to_quantisation(tmp_path, data_dir):
     from fedgca.simulation.runner import run
 
-    secure = run(_magic(), tmp_path / "secure", data_dir=data_dir, progress=False)
-    plain = run(_magic(method="fedavg"), tmp_path / "plain", data_dir=data_dir, progress=False)
+    secure = run(_academic(), tmp_path / "secure", data_dir=data_dir, progress=False)
+    plain = run(_academic(method="fedavg"), tmp_path / "plain", data_dir=data_dir, progress=False)
     for p in ("final", "peak"):
         assert secure[p]["auroc"] == pytest.approx(plain[p]["auroc"], abs=1e-6)
     # what crossed the network, per round: the model down (and once the final model, for the last evaluation);
-    # up, one masked int64 vector a client: Flower's weight, the model part (count, weight, 38,037 values) and the
-    # round's evaluation row (count, 5 figures on two elements each, 5 finite flags)
-    assert secure["bytes_up_per_round"] == 3 * 8 * (1 + 2 + 38_037) + 3 * 8 * (1 + 10 + 5)
-    assert secure["bytes_down_per_round"] == plain["bytes_down_per_round"] + 3 * 4 * 38_037 / 2
+    # up, one masked int64 vector a client: Flower's weight, the model part (count, weight, 46,758 values: academic's
+    # 22 inputs) and the round's evaluation row (count, 5 figures on two elements each, 5 finite flags)
+    assert secure["bytes_up_per_round"] == 3 * 8 * (1 + 2 + 46_758) + 3 * 8 * (1 + 10 + 5)
+    assert secure["bytes_down_per_round"] == plain["bytes_down_per_round"] + 3 * 4 * 46_758 / 2
 
 
 def test_secure_gca_clusters_on_sums_and_learns_as_gca(tmp_path, data_dir):
@@ -578,7 +578,7 @@ def test_a_killed_secure_gca_run_resumes_to_the_same_metrics(tmp_path, data_dir,
     """The server's mixture is in the checkpoint (as tensors: torch.load(weights_only=True) refuses NumPy)."""
     from fedgca.simulation import runner
 
-    cfg = RunConfig(dataset="magic", method="secagg-gca", clients=3, rounds=3, recon_epochs=1, align_epochs=1,
+    cfg = RunConfig(dataset="academic", method="secagg-gca", clients=3, rounds=3, recon_epochs=1, align_epochs=1,
                     seed=100)
     runner.run(cfg, tmp_path / "whole", data_dir=data_dir, progress=False)
     kill_after_round(lambda: runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False), 1)
@@ -596,7 +596,7 @@ def test_secure_selection_is_the_same_in_both_drivers(tmp_path, data_dir, method
     from fedgca.flower.simulation import simulate
     from fedgca.simulation.runner import run
 
-    cfg = _magic(method=method, val_fraction=0.1, selection=selection, rounds=3)
+    cfg = _academic(method=method, val_fraction=0.1, selection=selection, rounds=3)
     fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=60)
     sim = run(cfg, tmp_path / "sim", data_dir=data_dir, progress=False)
     assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()

@@ -137,7 +137,7 @@ def test_flower_deploys_what_the_simulator_deploys(data_dir, tmp_path, monkeypat
 
     if forced is not None:
         _forced(monkeypatch, forced)
-    cfg = RunConfig(dataset="magic", method=method, clients=3, rounds=2, recon_epochs=1, align_epochs=1,
+    cfg = RunConfig(dataset="academic", method=method, clients=3, rounds=2, recon_epochs=1, align_epochs=1,
                     local_epochs=1, seed=100, val_fraction=0.1, selection=selection)
     nodes = tmp_path / "flower"  # fedgca flower simulate: each node's detector-dir is the run's directory
     fl = simulate(cfg, tmp_path / "flower", data_dir=data_dir, reply_timeout=120)
