@@ -161,7 +161,7 @@ class DataSource:
             ds = prepare(table, test, seed=seed, name=self.label, drop_sites_below=drop_sites_below,
                          stats_sigma=stats_sigma)
             ds.info["digest"] = digest.result()
-        if key is not None:
+        if key is not None and ds.train.nbytes + ds.test_x.nbytes <= LOADED_MAX_BYTES:
             _LOADED[key] = copy.deepcopy(ds)
             while len(_LOADED) > LOADED_KEPT:
                 _LOADED.popitem(last=False)
@@ -246,6 +246,7 @@ _DIGESTS: dict[tuple, str] = {}
 # 30-200 ms a load on the paper's tabular files that was most of a short run's set-up.
 _LOADED: "OrderedDict[tuple, FederatedDataset]" = OrderedDict()
 LOADED_KEPT = 8
+LOADED_MAX_BYTES = 256 * 2**20  # a larger dataset is not kept: a second copy of it would cost memory, not time
 
 
 def _file_key(p: Path) -> tuple:
