@@ -254,21 +254,22 @@ def _file_key(p: Path) -> tuple:
     return (str(p.resolve()), st.st_size, st.st_mtime_ns)
 
 
-def _files_identity(src: DataSource) -> tuple | None:
-    """What a load of ``src`` reads — its files' versions (path, size, mtime), the schema, the name — or None
-    for in-memory data (a DataFrame or arrays the caller may still change) and missing files."""
-    if src.frame is not None or src.arrays is not None or src.path is None:
-        return None
+def _files(src: DataSource) -> list[Path]:
+    """The files a file source reads: its file, or its directory's site files, and its test file."""
     path = Path(src.path)
     files = site_files(path, required=False) if path.is_dir() else [path]
-    if src.test_path:
-        files.append(Path(src.test_path))
+    return files + [Path(src.test_path)] if src.test_path else files
+
+
+def _files_identity(src: DataSource) -> tuple | None:
+    """What a load of ``src`` reads: its ``cache_key`` and its files' versions (path, size, mtime); None for
+    in-memory data (a DataFrame or arrays the caller may still change) and missing files."""
+    if src.frame is not None or src.arrays is not None or src.path is None:
+        return None
     try:
-        keys = tuple(_file_key(p) for p in files)
+        return src.cache_key, tuple(_file_key(p) for p in _files(src))
     except OSError:
         return None
-    return (keys, str(path.resolve()), src.schema.digest() if src.schema is not None else None, src.test_path,
-            src.name)
 
 
 def _digest(src: DataSource) -> str:
@@ -283,11 +284,7 @@ def _digest(src: DataSource) -> str:
             if a is not None:
                 h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
         return h.hexdigest()[:16]
-    path = Path(src.path)
-    files = site_files(path, required=False) if path.is_dir() else [path]
-    if src.test_path:
-        files.append(Path(src.test_path))
-    for p in files:
+    for p in _files(src):
         if not p.exists():
             continue
         key = _file_key(p)
