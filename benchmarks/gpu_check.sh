@@ -9,15 +9,20 @@
 #     - the CUDA tests (tests/test_device.py, tests/test_device_engine.py; Flower's apps left out: no flwr there)
 #     - the README's main job, magic GCA (R = 100), on the GPU
 #     - the 25 ADBench files × the bench's five methods, seed 100, IID, no peers: 16 CPU workers vs the batched
-#       engine on the GPU, each for BENCH_S seconds (runs finished per minute), and the AUROCs of the runs both
-#       finished, run for run
-#     - the paper's tabular grid (4 presets × the paper's methods × 10 seeds, R = 20) as a sweep: one run after
-#       another in one process, 16 workers, the batched engine on the GPU, each for GRID_S seconds
+#       engine on the GPU, each for BENCH_S seconds
+#     - the paper's tabular grid (4 presets × the paper's methods × 10 seeds, R = 20), largest runs first: one run
+#       after another in one process (INPROC_S s), 16 workers (GRID_S s), the batched engine on the GPU (GPU_GRID_S s)
 #   vision (≤ 6 min; timeout_s 400):
 #     command: bash benchmarks/gpu_check.sh vision
-#     carry:   [".gpu/whl", ".gpu/data/fashion_mnist"]
-#     - Fashion-MNIST GCA R = 10 on the GPU and on 16 CPU threads, and their AUROCs
+#     carry:   [".gpu/whl", ".gpu/data/fashion_mnist", ".gpu/data/adbench"]
+#     - Fashion-MNIST GCA R = 10 on the GPU (FM_GPU_S s at most)
+#     - the 25-file bench on the GPU from 4 processes of 4 stacks each (BENCH_S s)
+#     - Fashion-MNIST GCA on 16 CPU threads (FM_CPU_S s: the rounds and epochs it reaches)
 #
+# A window's work is what its runs completed, read afterwards here (not on the device's time): the runs' small
+# files come back in $OUT/runs_<part>.tgz, and benchmarks/window_work.py turns the rounds they completed into
+# protocol FLOPs per second (a stacked engine finishes its runs together at the end: finished runs would miss
+# its work); benchmarks/agreement.py pairs finished runs with the same runs computed on a CPU.
 # A part's steps each run under `timeout`: a step cut short reports what finished. Everything printed is also in
 # $OUT/gpu_check_<part>.txt, which the device tool brings back.
 set -u
@@ -26,12 +31,17 @@ PART=${1:-tabular}
 PY=${PY:-python3}
 DATA=${FEDGCA_DATA_DIR:-.gpu/data}
 WORK=${WORK:-/tmp/fedgca-gpu-check}
-BENCH_S=${BENCH_S:-90}
-GRID_S=${GRID_S:-45}
+BENCH_S=${BENCH_S:-70}
+INPROC_S=${INPROC_S:-40}
+GRID_S=${GRID_S:-40}
+GPU_GRID_S=${GPU_GRID_S:-60}
+FM_GPU_S=${FM_GPU_S:-170}
+FM_CPU_S=${FM_CPU_S:-90}
 CORES=${CORES:-16}
 GPU=${GPU:-cuda}  # GPU=cpu: a smoke test of the script itself on a machine without one
 GPU_STACKS=${GPU_STACKS:-8}  # the batched engine's stacks at once, each on its own CUDA stream (not yet tuned)
-LOG=${OUT:-$WORK}/gpu_check_$PART.txt
+BACK=${OUT:-$WORK-out}  # what comes back from the device machine
+LOG=$BACK/gpu_check_$PART.txt
 mkdir -p "$WORK" "$(dirname "$LOG")"
 exec > >(tee "$LOG") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}
@@ -52,31 +62,43 @@ print('wall_seconds', d['wall_seconds'], 'AUROC', round(d['selected']['auroc'], 
 }
 say() { echo; echo "## $* ($(date +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
 finished() { local n; n=$(grep -c '"event": "finished"' "$1/ledger.jsonl" 2>/dev/null); echo "${n:-0}"; }
-# a sweep or bench for at most $1 seconds: "<runs finished> runs in <seconds> s"
+# a sweep or bench for at most $1 seconds: "<runs finished> runs in <seconds> s" and a "window" line for
+# benchmarks/window_work.py
 timed() {
     local limit=$1 dir=$2; shift 2
     local t0=$SECONDS
     timeout --signal=TERM --kill-after=10 "$limit" "$@" > "$dir.log" 2>&1
     local rc=$? took=$((SECONDS - t0))
-    echo "$(finished "$dir") runs in $took s (rc $rc$([ $rc = 124 ] && echo ': stopped at the limit'))"
+    echo "$(finished "$dir") runs in $took s (rc $rc$([ $rc = 124 ] && echo ': stopped at the limit')); window $(basename "$dir") $took"
+}
+# the runs' small files (no checkpoints, models or per-row scores), after every step: a part stopped at the
+# device's limit still brings back what finished
+keep() {
+    tar czf "$BACK/runs_$PART.tgz.tmp" -C "$WORK" --exclude='*.pt' --exclude=clients --exclude=test_rows.csv \
+        --exclude=metrics_clients.csv --exclude=.lock . 2>/dev/null && mv "$BACK/runs_$PART.tgz.tmp" "$BACK/runs_$PART.tgz"
+    grep -rh "capture failed" "$WORK"/*.log 2>/dev/null | sort | uniq -c | head -3
 }
 
 say "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
 $PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'sees', torch.cuda.device_count(), 'GPU')"
 echo "cores: $(nproc)"
+rm -rf "${WORK:?}"/*
+DMON=
+command -v nvidia-smi > /dev/null && { nvidia-smi dmon -s u -d 2 -o T > "$BACK/dmon_$PART.txt" 2>&1 & DMON=$!; }
 
 if [ "$PART" = tabular ]; then
     say "CUDA tests (CPU agreement, the device engine on the card)"
     FEDGCA_DATA_DIR=$DATA timeout 90 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_device.py \
-        tests/test_device_engine.py -k "not flower" 2>&1 | tail -5
+        tests/test_device_engine.py -k "not flower" -rfE 2>&1 | grep -v "Warning\|^  \|^$" | tail -12
 
     say "README main job on the GPU: magic GCA, R = 100"
     rm -rf "$WORK/magic"
     t0=$SECONDS
-    timeout 120 $FEDGCA run --dataset magic --method gca --device "$GPU" --data-dir "$DATA" --out "$WORK/magic" \
+    timeout 90 $FEDGCA run --dataset magic --method gca --device "$GPU" --data-dir "$DATA" --out "$WORK/magic" \
         > "$WORK/magic.log" 2>&1
     echo "rc $? in $((SECONDS - t0)) s; $(summary "$WORK/magic")"
+    keep
 
     say "25 ADBench files, seed 100, IID, no peers: $CORES CPU workers vs the GPU, $BENCH_S s each"
     rm -rf "$WORK/bench_cpu" "$WORK/bench_gpu"
@@ -84,9 +106,9 @@ if [ "$PART" = tabular ]; then
         --seeds 100 --peers none --workers "$CORES" --no-plots)"
     echo "gpu (batched engine): $(timed "$BENCH_S" "$WORK/bench_gpu" $FEDGCA bench "$DATA/adbench" --out "$WORK/bench_gpu" \
         --seeds 100 --peers none --executor batched --workers "$GPU_STACKS" --set device="$GPU" --no-plots)"
-    $PY benchmarks/agreement.py "$WORK/bench_cpu" "$WORK/bench_gpu"
+    keep
 
-    say "the paper's tabular grid, 10 seeds, R = 20: $GRID_S s per mode"
+    say "the paper's tabular grid, 10 seeds, R = 20, largest runs first"
     methods=$($PY -c "from fedgca import methods; print(', '.join(repr(m) for m in methods.names(in_paper=True)))")
     for dev in cpu "$GPU"; do
         printf '[base]\nrounds = 20\ndevice = "%s"\n[grid]\ndataset = ["academic", "adult", "bank", "magic"]\nmethod = [%s]\nseed = [%s]\n' \
@@ -95,25 +117,45 @@ if [ "$PART" = tabular ]; then
     for mode in inproc-1 cpu-all gpu-batched; do
         rm -rf "$WORK/grid_$mode"
         case $mode in
-            inproc-1) spec=grid_cpu args=(--workers 0) ;;
-            cpu-all) spec=grid_cpu args=(--workers "$CORES") ;;
-            gpu-batched) spec=grid_$GPU args=(--executor batched --workers "$GPU_STACKS") ;;
+            inproc-1) spec=grid_cpu limit=$INPROC_S args=(--workers 0) ;;
+            cpu-all) spec=grid_cpu limit=$GRID_S args=(--workers "$CORES") ;;
+            gpu-batched) spec=grid_$GPU limit=$GPU_GRID_S args=(--executor batched --workers "$GPU_STACKS") ;;
         esac
-        echo "$mode: $(timed "$GRID_S" "$WORK/grid_$mode" $FEDGCA sweep "$WORK/$spec.toml" --out "$WORK/grid_$mode" \
-            --data-dir "$DATA" "${args[@]}")"
+        echo "$mode: $(timed "$limit" "$WORK/grid_$mode" $FEDGCA sweep "$WORK/$spec.toml" --out "$WORK/grid_$mode" \
+            --data-dir "$DATA" --order longest-first "${args[@]}")"
+        keep
     done
 elif [ "$PART" = vision ]; then
-    say "Fashion-MNIST GCA, R = 10: the GPU vs $CORES CPU threads"
-    for dev in "$GPU" cpu; do
-        rm -rf "$WORK/fmnist_$dev"
-        t0=$SECONDS
-        timeout 170 $FEDGCA run --dataset fashion_mnist --method gca --rounds 10 --device $dev --threads \
-            $([ "$dev" = cpu ] && echo "$CORES" || echo 1) --data-dir "$DATA" --out "$WORK/fmnist_$dev" \
-            > "$WORK/fmnist_$dev.log" 2>&1
-        echo "$dev: rc $? in $((SECONDS - t0)) s; $(summary "$WORK/fmnist_$dev")"
-    done
+    say "Fashion-MNIST GCA, R = 10, on the GPU (at most $FM_GPU_S s)"
+    rm -rf "$WORK/fmnist_$GPU"
+    t0=$SECONDS
+    timeout "$FM_GPU_S" $FEDGCA run --dataset fashion_mnist --method gca --rounds 10 --device "$GPU" --threads 1 \
+        --data-dir "$DATA" --out "$WORK/fmnist_$GPU" > "$WORK/fmnist_$GPU.log" 2>&1
+    echo "$GPU: rc $? in $((SECONDS - t0)) s; $(summary "$WORK/fmnist_$GPU")"
+    keep
+    if [ -d "$DATA/adbench" ]; then
+        say "25 ADBench files on the GPU from 4 processes of 4 stacks each (does one process's GIL bound it?), $BENCH_S s"
+        files=("$DATA"/adbench/*.npz)
+        for p in 0 1 2 3; do
+            group=()
+            for i in "${!files[@]}"; do [ $((i % 4)) = "$p" ] && group+=("${files[$i]}"); done
+            rm -rf "$WORK/bench_gpu4_$p"
+            timed "$BENCH_S" "$WORK/bench_gpu4_$p" $FEDGCA bench "${group[@]}" --out "$WORK/bench_gpu4_$p" --seeds 100 \
+                --peers none --executor batched --workers 4 --set device="$GPU" --no-plots &
+        done
+        wait
+        keep
+    fi
+    say "Fashion-MNIST GCA on $CORES CPU threads (at most $FM_CPU_S s: the rounds it reaches)"
+    rm -rf "$WORK/fmnist_cpu"
+    t0=$SECONDS
+    timeout "$FM_CPU_S" $FEDGCA run --dataset fashion_mnist --method gca --rounds 10 --device cpu --threads "$CORES" \
+        --data-dir "$DATA" --out "$WORK/fmnist_cpu" > "$WORK/fmnist_cpu.log" 2>&1
+    echo "cpu: rc $? in $((SECONDS - t0)) s; $(summary "$WORK/fmnist_cpu")"
+    keep
 else
     echo "usage: bash benchmarks/gpu_check.sh tabular|vision"
     exit 2
 fi
 say "done"
+[ -n "$DMON" ] && kill "$DMON" 2> /dev/null

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
@@ -99,6 +100,25 @@ def host_batch_plan(rngs: list[np.random.Generator], sizes: np.ndarray, batch_si
 # as much as a few eager steps); FEDGCA_CUDA_GRAPHS=0 keeps every step eager
 GRAPH_MIN_STEPS = 4
 _graphs_failed = False  # a capture that failed once (an op torch cannot capture): eager for the rest of the process
+# One capture at a time in a process (torch's rule), while the batched engine's other stacks keep launching on
+# their own streams: hence a lock, and "thread_local" capture, under which only the capturing thread's unsafe calls
+# (an allocation, a synchronisation) break it, not another stack's. torch.cuda.graph's context is not used: it
+# synchronises the whole device and empties the allocator's cache on entry, which every stack would pay per epoch.
+_capture_lock = threading.Lock()
+_capture_streams: dict = {}  # device -> the side stream captures run on
+
+
+def _capture(graph, step: Callable[[], None]) -> None:
+    with _capture_lock:
+        dev = torch.cuda.current_device()
+        side = _capture_streams.get(dev) or _capture_streams.setdefault(dev, torch.cuda.Stream())
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                step()
+            finally:
+                graph.capture_end()
 
 
 class StepProgram:
@@ -149,8 +169,7 @@ class StepProgram:
         global _graphs_failed
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
-                self.step()
+            _capture(graph, self.step)
         except Exception as err:  # noqa: BLE001 — the eager step is the fallback; a capture records, never runs
             _graphs_failed = True
             self.capture = False
