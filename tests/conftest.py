@@ -119,3 +119,48 @@ def wbc_federation(data_dir):
         return cfg, fed
 
     return build
+
+
+# The Flower deployment scenario (tests/deploy_scenario.py) is mostly waiting for Flower's heartbeat verdict on a
+# killed node: the suite starts it as a process of its own as soon as it has collected the tests that read it, so
+# that the wait overlaps the other tests instead of holding a worker. One process starts it (xdist's gw0, or the
+# only one); the tests' fixture runs it itself if nothing did.
+_SCENARIO = pytest.StashKey()
+
+
+def pytest_collection_finish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    if not any("deployed" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    data = Path(os.environ.get("FEDGCA_DATA_DIR", DEFAULT_DATA_DIR))
+    if not data.is_dir():
+        return  # the tests skip (or, in CI, fail) on their own
+    import subprocess
+    import sys
+
+    from deploy_scenario import claim, scenario_dir
+
+    root = scenario_dir(session.config)
+    if claim(root):
+        with open(root / "scenario.log", "w") as log:
+            session.config.stash[_SCENARIO] = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("deploy_scenario.py")), str(root), str(data)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A stopped session stops the scenario (its own handler stops the deployment); else it may still be what
+    another worker's tests wait for, and this process waits for it."""
+    import subprocess
+
+    proc = session.config.stash.get(_SCENARIO, None)
+    if proc is None:
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
+        proc.terminate()
+    try:
+        proc.wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.wait(timeout=60)
