@@ -155,8 +155,8 @@ def test_flower_deploys_what_the_simulator_deploys(data_dir, tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("method,options", [
-    # per-client models: each node keeps the federation's round (here round 1 of 3, kept through two rounds)
-    ("gca", {"dataset": "bank", "lr": 0.01, "val_fraction": 0.1, "rounds": 3}),
+    # per-client models: each node keeps the federation's round (here round 2 of 3, kept through the last)
+    ("gca", {"dataset": "academic", "lr": 0.03, "val_fraction": 0.1, "rounds": 3}),
     ("fedavg", {"dataset": "academic", "lr": 0.1, "val_fraction": 0.1, "rounds": 3}),  # shared: the server keeps it
     ("single", {"dataset": "magic", "val_fraction": 0.0, "rounds": 2}),  # no validation split: the final round
 ])
@@ -180,7 +180,7 @@ def test_flower_nodes_write_the_detectors_the_simulator_saves(data_dir, tmp_path
         rows = np.random.default_rng(i).standard_normal((32, *saved.input_shape)).astype(np.float32)
         np.testing.assert_array_equal(node.decision_function(rows), saved.decision_function(rows))
         rounds.add(node.meta["round"])
-    assert rounds == {sim["selected"]["round"]} == {({"gca": 1, "fedavg": 1}).get(method, 2)}
+    assert rounds == {sim["selected"]["round"]} == {({"gca": 2, "fedavg": 1}).get(method, 2)}
     # a node's detector carries its own manifest (the run's is the server's): an edited file is refused
     from fedgca import rundir
     from fedgca.detector import client_dir
