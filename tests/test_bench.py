@@ -194,3 +194,23 @@ def test_a_bench_with_pyod_ae_ends_without_a_leaked_semaphore_warning(data_dir, 
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "leaked" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(list((tmp_path / "out" / "peers" / "42_WBC").glob("*.json"))) == 1
+
+
+def test_peer_workers_are_forked_with_pyods_scoring_function_compiled():
+    """PyOD's AutoEncoder scores with a numba function compiled at its first call (~8 s, in every peer worker: each
+    fit is a fresh fork). The peer fork server imports fedgca.experiments.peers_jit, which compiles it for the types
+    the AutoEncoder passes: a fit then compiles nothing more."""
+    pytest.importorskip("pyod")
+    from pyod.models.auto_encoder import AutoEncoder
+    from pyod.utils import stat_models
+
+    from fedgca.experiments import pool
+
+    assert "fedgca.experiments.peers_jit" in pool.PEER_PRELOAD
+    import fedgca.experiments.peers_jit  # noqa: F401 — what the fork server does before it forks
+
+    compiled = list(stat_models._pairwise_distances_no_broadcast_helper.signatures)
+    assert len(compiled) == 1
+    X = np.random.default_rng(0).standard_normal((40, 3))  # float64 rows, as a user's file gives them
+    AutoEncoder(hidden_neuron_list=[8, 4], epoch_num=1, batch_size=20, verbose=0, device="cpu").fit(X)
+    assert stat_models._pairwise_distances_no_broadcast_helper.signatures == compiled

@@ -29,7 +29,7 @@ PRELOAD = ("numpy", "pandas", "torch", "scipy.stats", "sklearn.cluster", "sklear
            "fedgca.simulation.runner", "fedgca.experiments.sweep", "fedgca.protocol.clustering.fit",
            "fedgca.protocol.clustering.gmm", "fedgca.detector")
 PEER_PRELOAD = ("fedgca.experiments.peers", "pyod.models.iforest", "pyod.models.ecod", "pyod.models.auto_encoder",
-                "pyod.models.knn", "pyod.models.lof")
+                "pyod.models.knn", "pyod.models.lof", "fedgca.experiments.peers_jit")
 START_METHODS = ("forkserver", "spawn")
 START_ENV = "FEDGCA_WORKER_START"
 _peers_wanted = False  # once a process asked for peers, its fork server (started once) preloads them
