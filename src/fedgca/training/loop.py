@@ -111,7 +111,9 @@ _capture_streams: dict = {}  # device -> the side stream captures run on
 def _capture(graph, step: Callable[[], None]) -> None:
     with _capture_lock:
         dev = torch.cuda.current_device()
-        side = _capture_streams.get(dev) or _capture_streams.setdefault(dev, torch.cuda.Stream())
+        side = _capture_streams.get(dev)
+        if side is None:
+            side = _capture_streams[dev] = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             graph.capture_begin(capture_error_mode="thread_local")
