@@ -55,7 +55,8 @@ def wait_for_result(root: Path, timeout: float = 900.0) -> dict:
     return json.loads((root / RESULT).read_text())
 
 
-def _lines(path: Path) -> list[dict]:
+def jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file the ServerApp wrote."""
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
@@ -86,7 +87,7 @@ def run_scenario(root: Path, data_dir: Path) -> dict:
         with dep:
             runner = dep.submit(app)
             deadline = time.monotonic() + 400
-            while not ((out / "rounds.jsonl").exists() and _lines(out / "rounds.jsonl")):
+            while not ((out / "rounds.jsonl").exists() and jsonl(out / "rounds.jsonl")):
                 if runner.poll() is not None:
                     raise RuntimeError("flwr run ended before round 1 did:\n" + dep.log("flwr-run.log")[-3000:])
                 if time.monotonic() > deadline:

@@ -197,9 +197,9 @@ def test_a_bench_with_pyod_ae_ends_without_a_leaked_semaphore_warning(data_dir, 
 
 
 def test_peer_workers_are_forked_with_pyods_scoring_function_compiled():
-    """PyOD's AutoEncoder scores with a numba function compiled at its first call (~8 s, in every peer worker: each
-    fit is a fresh fork). The peer fork server imports fedgca.experiments.peers_jit, which compiles it for the types
-    the AutoEncoder passes: a fit then compiles nothing more."""
+    """PyOD's AutoEncoder scores with a numba function compiled at its first call (~8 s, in each peer worker's first
+    fit). The peer fork server imports fedgca.experiments.peers_jit, which compiles it for the types the AutoEncoder
+    passes: a fit then compiles nothing more."""
     pytest.importorskip("pyod")
     from pyod.models.auto_encoder import AutoEncoder
     from pyod.utils import stat_models

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from deploy_scenario import OPTIONS, REPLY_TIMEOUT, claim, record, scenario_dir, wait_for_result
+from deploy_scenario import OPTIONS, REPLY_TIMEOUT, claim, jsonl, record, scenario_dir, wait_for_result
 
 from fedgca.binding import bind
 from fedgca.config import RunConfig
@@ -29,10 +29,6 @@ BETA, DZ = 4, 16  # bytes per float32; the tabular autoencoder's code width (mod
 
 def _alive_among(pids) -> list[int]:
     return [p for p in pids if running(p)]
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 @dataclass
@@ -79,7 +75,7 @@ def test_train_replies_hold_exactly_one_code_array(deployed):
     summary = json.loads((deployed.out / "summary.json").read_text())
     sizes = dict(zip(summary["client_ids"], summary["client_sizes"]))
     assert summary["client_ids"] == [0, 1, 2]
-    up = [m for m in _lines(deployed.out / "messages.jsonl") if m["direction"] == "up" and m["status"] == "received"]
+    up = [m for m in jsonl(deployed.out / "messages.jsonl") if m["direction"] == "up" and m["status"] == "received"]
     train_up = [m for m in up if m["phase"] == "train"]
     assert sorted((m["round"], m["client_id"]) for m in train_up) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
     for m in train_up:  # one array of shape (⌊ρ·N_i⌋, d_z), nothing else
@@ -101,7 +97,7 @@ def test_train_replies_hold_exactly_one_code_array(deployed):
 
 def test_bytes_match_spec_section_7(deployed):
     """Measured payloads: up = β·U·D_z and down = β·C·K'·(D_z + 1) per round (C = clients that aligned)."""
-    msgs = _lines(deployed.out / "messages.jsonl")
+    msgs = jsonl(deployed.out / "messages.jsonl")
     comm = json.loads((deployed.out / "comm.json").read_text())
     summary = json.loads((deployed.out / "summary.json").read_text())
     sizes = dict(zip(summary["client_ids"], summary["client_sizes"]))
@@ -123,7 +119,7 @@ def test_bytes_match_spec_section_7(deployed):
 
 def test_killed_supernode_is_dropped_and_round_two_finishes_with_two(deployed):
     assert deployed.rec["victim_alive_after_kill"] == []
-    rounds = _lines(deployed.out / "rounds.jsonl")
+    rounds = jsonl(deployed.out / "rounds.jsonl")
     assert len(rounds) == 2
     assert rounds[0]["took_part"] == [0, 1, 2] and rounds[0]["dropped"] == {}
     assert rounds[1]["participants"] == [0, 1, 2] and rounds[1]["took_part"] == [0, 1]
