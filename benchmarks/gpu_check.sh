@@ -12,9 +12,11 @@
 #       engine on the GPU, each for BENCH_S seconds
 #     - the paper's tabular grid (4 presets × the paper's methods × 10 seeds, R = 20), largest runs first: one run
 #       after another in one process (INPROC_S s), 16 workers (GRID_S s), the batched engine on the GPU (GPU_GRID_S s)
-#   vision (≤ 6 min; timeout_s 400):
+#   vision (≤ 6.5 min; timeout_s 420):
 #     command: bash benchmarks/gpu_check.sh vision
 #     carry:   [".gpu/whl", ".gpu/data/fashion_mnist", ".gpu/data/adbench"]
+#     - the tabular preset's GMM for 1, 8 and 32 runs: scikit-learn on one CPU thread vs the torch engine's batched
+#       fit on the GPU (benchmarks/bench_gmm_full.py, ≤ 60 s)
 #     - Fashion-MNIST GCA R = 10 on the GPU (FM_GPU_S s at most)
 #     - the 25-file bench on the GPU from 4 processes of 4 stacks each (BENCH_S s)
 #     - Fashion-MNIST GCA on 16 CPU threads (FM_CPU_S s: the rounds and epochs it reaches)
@@ -126,6 +128,9 @@ if [ "$PART" = tabular ]; then
         keep
     done
 elif [ "$PART" = vision ]; then
+    say "the tabular GMM (full, K = 80, magic's 2,472 codes): scikit-learn one run after another vs the torch engine's batch"
+    timeout 60 $PY benchmarks/bench_gmm_full.py --device "$GPU" --runs 1 8 32 --repeat 2 2>&1 | grep -v "^USDT"
+
     say "Fashion-MNIST GCA, R = 10, on the GPU (at most $FM_GPU_S s)"
     rm -rf "$WORK/fmnist_$GPU"
     t0=$SECONDS

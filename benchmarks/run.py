@@ -28,6 +28,8 @@
                             data).
 18. ``bench_secagg.py``   — a loopback deployment of 10 clients: FedAvg and FedProx beside their SecAgg+ versions
                             (seconds, exchanges and bytes per round; needs the data).
+19. ``bench_gmm_full.py`` — the tabular-preset GMM (full, K = 80) for 1, 8, 64 runs: scikit-learn one after another
+                            vs the torch engine's batched fit (the device engine's clustering; ``--device cuda``).
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -63,6 +65,7 @@ def main() -> int:
         [str(HERE / "bench_training_step.py"), *data, *(["--configs", "magic", "--repeat", "3"] if args.quick else [])],
         [str(HERE / "bench_loader.py"), *(["--rows", "200000", "--repeat", "1"] if args.quick else [])],
         [str(HERE / "bench_throughput.py"), *data, *(["--datasets", "academic", "--rounds", "1"] if args.quick else [])],
+        [str(HERE / "bench_gmm_full.py"), *(["--runs", "1", "8", "--repeat", "1"] if args.quick else [])],
     ]
     if not args.quick:
         jobs.append([str(HERE / "bench_flower_engines.py"), *data, "--rounds", "3", "--engines", "sim,inprocess"])

@@ -18,6 +18,7 @@ from fedgca.protocol.clustering import (
     SoftKMeansBackend,
     batched_kmeanspp,
     cluster_codes,
+    fit_full_gmm_torch,
     make_backend,
     soft_responsibilities,
 )
@@ -113,6 +114,100 @@ def test_torch_engine_chunking_does_not_change_result():
     chunked = GMMBackend(5, max_batch_bytes=1, **kw).fit(Z)  # one init per chunk
     np.testing.assert_allclose(one.lower_bounds_per_init_, chunked.lower_bounds_per_init_, rtol=1e-10)
     np.testing.assert_allclose(one.means_, chunked.means_, rtol=1e-8, atol=1e-10)
+
+
+# --- GMM (full-covariance torch engine: the device engine's server) ------------------------------
+@pytest.mark.parametrize("n,d,k,n_init,reg_covar,warm", [(300, 6, 5, 1, 1e-6, False), (1500, 8, 40, 1, 1e-6, False),
+                                                         (600, 4, 10, 3, 1e-3, False), (400, 5, 6, 1, 1e-6, True)])
+def test_torch_full_em_is_sklearns(n, d, k, n_init, reg_covar, warm):
+    """Step for step scikit-learn's full-covariance EM: same seeding, same iterations, the same fit to round-off."""
+    Z = blobs(n=n, d=d, centres=k, seed=n)
+    common = dict(covariance_type="full", reg_covar=reg_covar, n_init=n_init, random_state=3,
+                  means_init=Z[np.random.default_rng(1).choice(n, k, replace=False)] if warm else None)
+    ours = GMMBackend(k, engine="torch", **common).fit(Z)
+    ref = GaussianMixture(k, init_params="k-means++", max_iter=200, tol=1e-3, **common).fit(Z)
+    assert ours.engine_ == "torch" and ours.n_iter_ == ref.n_iter_ and ours.converged_ == ref.converged_
+    np.testing.assert_allclose(ours.lower_bound_, ref.lower_bound_, rtol=1e-12)
+    for mine, theirs in [(ours.means_, ref.means_), (ours.covariances_, ref.covariances_),
+                         (ours.weights_, ref.weights_), (ours.counts_, ref.predict_proba(Z).sum(0))]:
+        np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_full_fit_gives_the_same_numbers_alone_or_in_a_batch(threads):
+    """Runs of one shape fitted as one batch (the broker's ``fit_batch``): each run's fit bit for bit its fit
+    alone, whatever shares its batch — a run warm-started, and one whose covariances overflow (its own error,
+    as alone; the others unaffected)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        Zs = [blobs(n=500, d=5, centres=8, seed=s) for s in range(4)] + [blobs(n=500, d=5, seed=9) * 1e160]
+        warm = [None, Zs[1][:8], None, None, None]
+
+        def model(i):
+            return GMMBackend(8, engine="torch", random_state=10 + i, means_init=warm[i])
+
+        alone = []
+        for i, Z in enumerate(Zs):
+            try:
+                alone.append(model(i).fit(Z))
+            except ValueError as err:
+                alone.append(err)
+        assert isinstance(alone[4], ValueError) and "ill-defined" in str(alone[4])
+        for batch in ([0, 1, 2, 3, 4], [3, 0], [2]):
+            models = [model(i) for i in batch]
+            assert len({m.batch_key(Zs[i]) for m, i in zip(models, batch)}) == 1
+            errors = GMMBackend.fit_batch(models, [Zs[i] for i in batch])
+            for m, i, err in zip(models, batch, errors):
+                if i == 4:
+                    assert isinstance(err, ValueError)
+                    continue
+                assert err is None
+                a = alone[i]
+                assert (m.n_iter_, m.converged_, m.lower_bound_) == (a.n_iter_, a.converged_, a.lower_bound_)
+                for name in ("means_", "covariances_", "weights_", "counts_", "lower_bounds_per_init_"):
+                    np.testing.assert_array_equal(getattr(m, name), getattr(a, name), err_msg=name)
+        one_by_one = fit_full_gmm_torch(Zs[:2], 8, random_states=[10, 11], means_inits=warm[:2], max_batch_bytes=1)
+        for out, a in zip(one_by_one, alone):  # a memory budget that fits one run per batch
+            np.testing.assert_array_equal(out["means"], a.means_)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_full_fit_operator_calls_do_not_grow_with_the_batch():
+    """The operators the fit calls (the torch profiler's top-level ``aten::`` events: what launches kernels on a
+    GPU) for 1 run and for 8 runs, name by name the same (8 EM iterations each: ``tol`` < 0 never stops early);
+    the host reads none per EM iteration but one every ``CHECK_EVERY``. (Inside ``aten::any`` the CPU takes
+    another internal route for 1 element than for 8: bookkeeping below the operator, not a launch.)"""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from fedgca.protocol.clustering.gmm_full import CHECK_EVERY
+
+    def calls(runs):
+        models = [GMMBackend(6, engine="torch", random_state=i, max_iter=8, tol=-1.0) for i in range(runs)]
+        Zs = [blobs(n=300, d=4, seed=i) for i in range(runs)]
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            GMMBackend.fit_batch(models, Zs)
+        assert all(m.n_iter_ == 8 for m in models)
+        return collections.Counter(e.name for e in prof.events()
+                                   if e.name.startswith("aten::") and e.cpu_parent is None)
+
+    one, eight = calls(1), calls(8)
+    assert one == eight
+    assert one["aten::is_nonzero"] == 8 // CHECK_EVERY  # ``bool(active.any())``: the only read inside the EM
+
+
+def test_torch_engine_covariance_types_and_the_auto_rule():
+    assert GMMBackend(3, covariance_type="full")._resolve_engine() == "sklearn"  # CPU fits stay scikit-learn's
+    assert GMMBackend(3, covariance_type="full", engine="torch")._resolve_engine() == "torch"
+    assert GMMBackend(3, covariance_type="full").batch_key(np.zeros((9, 2))) is None
+    with pytest.raises(ValueError, match="diag or full"):
+        GMMBackend(3, covariance_type="tied", engine="torch").fit(blobs(n=30))
 
 
 # --- Hard K-means ------------------------------------------------------------------------------

@@ -176,6 +176,68 @@ def test_the_cpu_engine_grows_with_the_stack_where_the_device_engine_does_not():
     assert calls[8] > 2 * calls[1]
 
 
+def _scoring_runs(count: int) -> list[tuple]:
+    """``count`` runs' (models, own rows, shared test rows) of unequal sizes; every third run's test rows
+    column-major, as a loaded test set may come."""
+    runs = []
+    for r in range(count):
+        models = _stack(range(10 * r, 10 * r + 2 + r % 3))
+        test = torch.randn(700 + 50 * r, D)
+        runs.append((models, _shards([40 + 7 * i + r for i in range(models.num_clients)], seed=r),
+                     test.T.contiguous().T if r % 3 == 0 else test))
+    return runs
+
+
+def test_the_runs_scorings_are_one_pass_with_each_runs_numbers(device_engine):
+    """Five runs' evaluations through one broker (each run in its own thread, as in the batched engine): every
+    scoring computed once for all runs — their models on one axis, their rows padded to one block — and each
+    run's scores, on its own rows and on its test rows, bit for bit those it computes alone."""
+    import threading
+
+    runs = _scoring_runs(5)
+    alone = [(metrics.shard_scores(m, sh), metrics.to_numpy(metrics.shared_scores(m, x))) for m, sh, x in runs]
+    broker = EpochBroker(len(runs))
+    together: dict[int, tuple] = {}
+
+    def one(i):
+        m, sh, x = runs[i]
+        broker.attach(m)
+        try:
+            together[i] = (metrics.shard_scores(m, sh), metrics.to_numpy(metrics.shared_scores(m, x)))
+        finally:
+            broker.leave()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(runs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert broker.stats["scorings"] == 10 and broker.stats["stacked_scorings"] == 2, broker.stats
+    for i, (own, test) in enumerate(alone):
+        got_own, got_test = together[i]
+        assert len(got_own) == len(own) and all(np.array_equal(a, b) for a, b in zip(got_own, own)), i
+        assert np.array_equal(got_test, test), i
+
+
+def test_a_stacked_scoring_grows_by_one_copy_per_run():
+    """What the broker adds to a scoring of many runs (torch profiler, top-level ``aten::`` calls, 8 runs against
+    64): per run one copy (its rows into the padded block) and views; the scoring's own calls stay the same."""
+    from fedgca.training.lockstep import _ScoreRequest
+
+    views = {"aten::slice", "aten::expand", "aten::view", "aten::alias", "aten::unsqueeze", "aten::as_strided"}
+
+    def calls(count):
+        reqs = [_ScoreRequest(m, x, metrics._scores_at_once) for m, _, x in _scoring_runs(count)]
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            EpochBroker(count)._score_group(reqs)
+        assert all(r.error is None for r in reqs)
+        return collections.Counter(e.name for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None)
+
+    eight, many = calls(8), calls(64)
+    grown = {k: many[k] - eight[k] for k in many | eight if many[k] != eight[k]}
+    assert set(grown) <= views | {"aten::copy_"} and grown["aten::copy_"] == 56, grown
+
+
 class _HostReads(TorchFunctionMode):
     """Counts the calls that read a tensor's values back to the host (a device synchronisation on a GPU)."""
 
@@ -231,11 +293,25 @@ def _runs() -> list[RunConfig]:
 def test_runs_under_the_device_engine_stack_as_they_run_alone_and_agree_with_the_cpu(device_engine, tmp_path,
                                                                                      data_dir, monkeypatch):
     """Four runs through the batched executor and one after another, both under the device engine: every
-    metrics row and comm record the same, bit for bit. Against the CPU engine (another Adam rounding, scores
-    of all clients at once): the final AUROC within 0.5 pp, run for run."""
+    metrics row and comm record the same, bit for bit — the two GCA runs' clustering fitted as one batch in
+    the stack (the torch full-covariance GMM) and the runs' evaluations scored as one, each alone one after
+    another. Against the CPU engine (another Adam
+    rounding, scores of all clients at once, scikit-learn's GMM): the final AUROC within 0.5 pp, run for run."""
+    from fedgca.protocol.clustering import GMMBackend
+    from fedgca.training import lockstep
+
+    batches, scorings = [], []
+    fit_batch, score_into = GMMBackend.fit_batch, lockstep.EpochBroker._score_into
+    monkeypatch.setattr(GMMBackend, "fit_batch",
+                        staticmethod(lambda models, Zs: batches.append(len(models)) or fit_batch(models, Zs)))
+    monkeypatch.setattr(lockstep.EpochBroker, "_score_into",
+                        staticmethod(lambda reqs: scorings.append(len(reqs)) or score_into(reqs)))
     configs = _runs()
     alone = sweep.run_sweep(configs, tmp_path / "alone", executor=LocalPool(0), data_dir=data_dir)
+    assert batches == [1] * 4  # 2 GCA runs × 2 rounds, each fit alone
     stacked_runs = sweep.run_sweep(configs, tmp_path / "stacked", executor=Batched(), data_dir=data_dir)
+    assert batches[4:] == [2, 2]  # both runs' fits as one, every round
+    assert max(scorings) == len(configs)  # evaluations of all four runs scored as one
     assert alone["finished"] == stacked_runs["finished"] == len(configs)
     for cfg in configs:
         a, b = sweep.run_dir(tmp_path / "alone", cfg), sweep.run_dir(tmp_path / "stacked", cfg)

@@ -104,6 +104,9 @@ class FederatedMethod:
         read (every client's on the server side, the node's own on a Flower client)."""
         self.cfg, self.kind, self.sizes = cfg, kind, [int(n) for n in sizes]
         self.latent_dim: int | None = None  # the width of a code: the server's driver sets it (a summed layout's size)
+        # how the server fits a clustering model (``protocol.clustering.cluster_codes``'s ``fit``); None: on its
+        # own. The batched engine's driver sets its broker's, which fits alike models of many runs as one.
+        self.fit_clustering = None
 
     # ------------------------------------------------------------------ both sides
 

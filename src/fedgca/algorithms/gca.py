@@ -98,7 +98,7 @@ class GlobalCentroidAlignment(FederatedMethod):
         uploads = [replies[i].arrays[CODES_ARRAY] for i in sorted(replies)]  # pooled in client-id order
         self.broadcast = gca.broadcast_payload(gca.aggregate_codes(uploads, self.gcfg,
                                                                    seeding.int_seed(self.cfg.seed, "cluster", r),
-                                                                   self.previous))
+                                                                   self.previous, fit=self.fit_clustering))
         if self.gcfg.warm_start:
             self.previous = ClusterSummary(self.broadcast["centroids"], self.broadcast["counts"])
 

@@ -48,13 +48,23 @@ def _all_at_once(clients: StackedModels) -> bool:
 
 def _stacked_scores(clients: StackedModels, x: Tensor) -> Tensor:
     """s(x) of every client's model at once: x [M, d] (the same rows for every client) or [C, M, d] (each
-    client's own) → [C, M], in blocks of rows sized to ``DEVICE_PASS_BYTES``."""
+    client's own) → [C, M]. Under the batched engine's broker, with the other runs' scorings (one pass, one read
+    back: the scores come back on the host); else ``_scores_at_once``."""
+    if clients.broker is not None:
+        return clients.broker.scores(clients, x, _scores_at_once)
+    return _scores_at_once(clients, x)
+
+
+def _scores_at_once(clients: StackedModels, x: Tensor) -> Tensor:
+    """``_stacked_scores`` computed here, in blocks of rows sized to ``DEVICE_PASS_BYTES``. Each block is read in
+    one layout, rows contiguous (a loaded test set may come column-major): a matrix product's rounding depends on
+    the layout of its operands, and the broker's padded block of many runs' rows is row-major."""
     n = x.shape[-2]
     width = max(max(v.shape[1] for k, v in clients.params.items() if k.endswith(".weight")), x.shape[-1])
     step = max(TABULAR_PASS_ROWS, DEVICE_PASS_BYTES // (4 * width * clients.num_clients))
     out = torch.empty(clients.num_clients, n, dtype=x.dtype, device=x.device)
     for start in range(0, n, step):
-        part = x[..., start : start + step, :]
+        part = x[..., start : start + step, :].contiguous()
         rows = part.unsqueeze(0) if part.dim() == 2 else part
         rec = stacked_reconstruction(clients, rows.expand(clients.num_clients, -1, -1))
         out[:, start : start + step] = reconstruction_per_row(rows, rec)

@@ -149,10 +149,11 @@ class GCAConfig:
 
 
 def aggregate_codes(uploads: list[np.ndarray], cfg: GCAConfig, seed: int,
-                    previous: ClusterSummary | None = None) -> ClusterSummary:
+                    previous: ClusterSummary | None = None, fit=None) -> ClusterSummary:
     """Phase 2 (server): pool the uploads and cluster them into non-empty centroids and counts.
 
-    ``previous``: the last round's broadcast, where the EM starts with ``cfg.warm_start`` (GMM only).
+    ``previous``: the last round's broadcast, where the EM starts with ``cfg.warm_start`` (GMM only);
+    ``fit``: how a clustering model is fitted (``cluster_codes``; None: on its own).
     """
     from fedgca.protocol.clustering import (
         cluster_codes,  # server side only: scikit-learn loads here
@@ -162,7 +163,7 @@ def aggregate_codes(uploads: list[np.ndarray], cfg: GCAConfig, seed: int,
     warm = previous.centroids if cfg.warm_start and previous is not None else None
     return cluster_codes(
         pooled, cfg.k, backend=cfg.backend, seed=seed, preset=cfg.cluster_preset, warm_means=warm,
-        **cfg.cluster_options
+        **({} if fit is None else {"fit": fit}), **cfg.cluster_options
     )
 
 

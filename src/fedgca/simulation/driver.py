@@ -76,6 +76,7 @@ class Simulation:
         self.start_round, self.wall_before = 0, 0.0
         if broker is not None:
             broker.attach(fed.clients)
+            self.method.fit_clustering = broker.clustering(fed.clients)
         if ckpt is not None:
             try:
                 fed.clients.load_state_dict(ckpt["clients"])

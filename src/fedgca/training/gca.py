@@ -25,6 +25,7 @@ from fedgca.protocol.losses import masked_batch_mean
 from fedgca.training.dpsgd import run_dp_epoch
 from fedgca.training.local import reconstruction_loss, reconstruction_per_example
 from fedgca.training.loop import ClientShards, HandDifferentiated, LossFn, run_epoch
+from fedgca.training import stacked
 from fedgca.training.stacked import StackedModels
 
 
@@ -38,10 +39,17 @@ def gca_config(cfg, kind: str, dp: dp_protocol.RecordDP | None = None) -> GCACon
         cluster_preset="tabular" if kind == "tabular" else "vision",
         gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.weight_eps, uniform_weights=cfg.weights == "uniform",
         warm_start=cfg.gmm_warm_start,
-        # the GMM's torch engine (the vision preset's 100 batched inits) fits on the run's device; scikit-learn's
-        # engines (the tabular GMM, the K-means backends) on the CPU
-        cluster_options={"device": devices.resolve(cfg.device)} if cfg.backend == "gmm" else {},
+        cluster_options=_gmm_options(cfg) if cfg.backend == "gmm" else {},
     )
+
+
+def _gmm_options(cfg) -> dict:
+    """The GMM's torch engine (the vision preset's 100 batched inits) fits on the run's device; so does the
+    tabular preset's full-covariance GMM under the device engine (``stacked.device_engine``), where the server
+    would otherwise fit on the host every round while the device waits. Elsewhere scikit-learn's engine (the
+    tabular GMM; the K-means backends) fits on the CPU: the CPU's numbers are scikit-learn's own."""
+    device = devices.resolve(cfg.device)
+    return {"device": device, **({"engine": "torch"} if stacked.device_engine(device) else {})}
 
 
 def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -> LossFn:

@@ -10,11 +10,20 @@ computation does not depend on the other clients on the axis, so a run gives the
 (``tests/test_lockstep.py``). An epoch that cannot be grouped (another loss form, a lone run) runs as it
 would without the broker.
 
+A GCA server's clustering comes to the broker the same way (``clustering``): the fits that can share one
+batched computation (``GMMBackend.batch_key``: the device engine's full-covariance torch GMM, codes of one
+shape) wait with the epochs and are fitted as one (``GMMBackend.fit_batch``), each to the numbers it gives
+alone; any other fit (scikit-learn's, on a CPU) runs in its run's own thread, as without the broker. So does
+the device engine's scoring (``scores``, from ``evaluation.metrics``): the runs' models on one client axis, their
+rows padded to one block, one forward pass and one read back to the host for all of them.
+
 On a CPU core this buys little (a run there is compute-bound); on a GPU, where fedgca's shapes leave the card
 launch-bound (docs/performance.md), it turns many small launches into few large ones.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,12 +65,51 @@ class _Request:
 
 
 @dataclass
+class _FitRequest:
+    """A clustering model to fit on a run's codes; requests with equal ``key`` are fitted as one."""
+
+    model: Any
+    Z: np.ndarray
+    key: tuple
+    done: bool = False
+    error: BaseException | None = None
+    share: float = 0.0
+
+    def group_key(self):
+        return ("fit", self.key)
+
+
+@dataclass
+class _ScoreRequest:
+    """Rows to score with a run's models (``evaluation.metrics``): x [M, d] shared by its clients or [C, M, d]
+    each its own; requests with equal ``group_key`` are scored as one."""
+
+    clients: StackedModels
+    x: Tensor
+    compute: Any  # (models, rows) → scores [C, M]: the scoring function, handed in (evaluation is above training)
+    done: bool = False
+    result: Tensor | None = None
+    error: BaseException | None = None
+    share: float = 0.0
+
+    def group_key(self):
+        shapes = tuple((k, tuple(v.shape[1:]), v.dtype) for k, v in self.clients.params.items())
+        return ("scores", shapes, tuple(self.x.shape[-1:]), self.x.dtype, self.clients.device.type,
+                id(self.clients.base.__class__), self.compute)
+
+    def nbytes(self, rows: int) -> int:
+        return self.clients.num_clients * rows * self.x.shape[-1] * self.x.element_size()
+
+
+@dataclass
 class EpochBroker:
     """Collects the local epochs of the runs that joined it and computes them in stacked groups."""
 
     runs: int  # how many runs will train under it: each calls ``leave`` once, however it ends
     max_clients: int | None = None  # the most clients one stacked epoch may hold (memory); None: no limit
-    stats: dict = field(default_factory=lambda: {"epochs": 0, "stacked_epochs": 0, "alone": 0})
+    max_score_bytes: int = 1 << 30  # the most bytes of padded rows one stacked scoring gathers (memory)
+    stats: dict = field(default_factory=lambda: {"epochs": 0, "stacked_epochs": 0, "alone": 0, "fits": 0,
+                                                 "batched_fits": 0, "scorings": 0, "stacked_scorings": 0})
 
     def __post_init__(self):
         self._cv = threading.Condition()
@@ -79,8 +127,8 @@ class EpochBroker:
         return max(0.0, thread_cpu - inside) + share
 
     def attach(self, clients: StackedModels) -> None:
-        """A run's models: their epochs come to this broker from now on."""
-        clients.broker = self
+        """A run's models: their epochs (and those of their slot views) come to this broker from now on."""
+        clients.broker, clients.broker_owner = self, id(clients)
 
     def leave(self) -> None:
         """A run is over (finished, failed, or never started): the others no longer wait for it."""
@@ -99,6 +147,33 @@ class EpochBroker:
     # ---- the epoch: called by loop.run_epoch in a run's thread ----
     def epoch(self, clients, shards, rngs, batch_size, loss_fn, keys, participating) -> Tensor:
         req = _Request(clients, shards, list(rngs), int(batch_size), loss_fn, tuple(keys), participating)
+        self._submit(req, clients.broker_owner or id(clients))
+        return req.result
+
+    # ---- scoring: called by evaluation.metrics in a run's thread (the device engine's scoring) ----
+    def scores(self, clients: StackedModels, x: Tensor, compute) -> Tensor:
+        """``compute(clients, x)`` — scores [C, M], on the host — computed with the other runs' scorings."""
+        req = _ScoreRequest(clients, x, compute)
+        self._submit(req, clients.broker_owner or id(clients))
+        return req.result
+
+    # ---- a clustering fit: called by protocol.clustering.cluster_codes in a GCA server's (a run's) thread ----
+    def clustering(self, clients: StackedModels):
+        """The ``fit(model, Z)`` of the run whose models are ``clients`` (``cluster_codes``'s ``fit``)."""
+        return functools.partial(self.fit, id(clients))
+
+    def fit(self, owner: int, model, Z: np.ndarray):
+        """``model`` fitted on ``Z``: with the other runs' alike fits as one computation where the model can
+        share one (``model.batch_key``), else here in the run's thread."""
+        key = model.batch_key(Z) if hasattr(model, "batch_key") else None
+        if key is None:
+            return model.fit(Z)
+        self._submit(_FitRequest(model, Z, key), owner)
+        return model
+
+    def _submit(self, req, owner: int) -> None:
+        """Hand ``req`` over, compute the pending requests if every live run now waits, wait until ``req`` is
+        done; its computing time is ``owner``'s (a run's ``id(clients)``) share of its group's."""
         cpu_in = time.thread_time()
         with self._cv:
             self._pending.append(req)
@@ -108,12 +183,11 @@ class EpochBroker:
         with self._cv:
             while not req.done:
                 self._cv.wait()
-            spent = self._spent.setdefault(id(clients), [0.0, 0.0])
+            spent = self._spent.setdefault(owner, [0.0, 0.0])
             spent[0] += time.thread_time() - cpu_in
             spent[1] += req.share
         if req.error is not None:
             raise req.error
-        return req.result
 
     def _execute(self, batch: list[_Request]) -> None:
         groups: dict[Any, list[_Request]] = {}
@@ -129,8 +203,17 @@ class EpochBroker:
                     req.done = True
                 self._cv.notify_all()
 
-    def _chunks(self, reqs: list[_Request]) -> list[list[_Request]]:
-        if self.max_clients is None:
+    def _chunks(self, reqs: list) -> list[list]:
+        if isinstance(reqs[0], _ScoreRequest):  # padded rows within the memory budget
+            out, cur = [], []
+            for r in reqs:
+                rows = max(q.x.shape[-2] for q in [*cur, r])
+                if cur and sum(q.nbytes(rows) for q in [*cur, r]) > self.max_score_bytes:
+                    out.append(cur)
+                    cur = []
+                cur.append(r)
+            return out + ([cur] if cur else [])
+        if self.max_clients is None or isinstance(reqs[0], _FitRequest):
             return [reqs]
         out, cur, n = [], [], 0
         for r in reqs:
@@ -142,14 +225,61 @@ class EpochBroker:
             n += c
         return out + ([cur] if cur else [])
 
-    def _run_group(self, reqs: list[_Request]) -> None:
+    def _run_group(self, reqs: list) -> None:
         t0 = time.thread_time()  # the computing thread's CPU seconds: the unit of ``own_seconds``
+        fits = isinstance(reqs[0], _FitRequest)
         try:
-            self._compute_group(reqs)
+            (self._fit_group if fits else self._score_group if isinstance(reqs[0], _ScoreRequest)
+             else self._compute_group)(reqs)
         finally:
-            seconds, clients = time.thread_time() - t0, sum(r.clients.num_clients for r in reqs)
+            seconds = time.thread_time() - t0
+            weights = [1] * len(reqs) if fits else [r.clients.num_clients for r in reqs]
+            for r, w in zip(reqs, weights):
+                r.share = seconds * w / sum(weights)
+
+    def _fit_group(self, reqs: list[_FitRequest]) -> None:
+        self.stats["fits"] += len(reqs)
+        self.stats["batched_fits"] += len(reqs) > 1
+        try:
+            errors = type(reqs[0].model).fit_batch([r.model for r in reqs], [r.Z for r in reqs])
+        except BaseException as err:  # noqa: BLE001 — handed to each run's own thread
+            errors = [err] * len(reqs)
+        for r, err in zip(reqs, errors, strict=True):
+            r.error = err
+
+    def _score_group(self, reqs: list[_ScoreRequest]) -> None:
+        """One scoring for every request: the runs' models on one client axis, each client's rows (a run's
+        shared rows repeated for each of its clients) padded to the longest; one read back to the host. A client's
+        scores do not depend on the others on the axis nor on the padding (``tests/test_device_engine.py``)."""
+        self.stats["scorings"] += len(reqs)
+        self.stats["stacked_scorings"] += len(reqs) > 1
+        try:
+            with torch.no_grad():  # this thread may be any run's, in the middle of its own (autograd) work
+                self._score_into(reqs)
+        except BaseException as err:  # noqa: BLE001 — handed to each run's own thread
             for r in reqs:
-                r.share = seconds * r.clients.num_clients / clients
+                r.error = err
+
+    @staticmethod
+    def _score_into(reqs: list[_ScoreRequest]) -> None:
+        first = reqs[0]
+        merged = concat_params([r.clients for r in reqs])
+        if len(reqs) == 1:
+            x = first.x
+        else:
+            rows = max(r.x.shape[-2] for r in reqs)
+            x = first.x.new_zeros((merged.num_clients, rows, first.x.shape[-1]))
+            start = 0
+            for r in reqs:
+                n = r.clients.num_clients
+                x[start:start + n, : r.x.shape[-2]] = r.x
+                start += n
+        scores = first.compute(merged, x).cpu()
+        start = 0
+        for r in reqs:
+            n = r.clients.num_clients
+            r.result = scores[start:start + n, : r.x.shape[-2]]
+            start += n
 
     def _compute_group(self, reqs: list[_Request]) -> None:
         self.stats["epochs"] += len(reqs)
@@ -215,6 +345,17 @@ def concat_models(stacks: list[StackedModels]) -> StackedModels:
     return merged
 
 
+def concat_params(stacks: list[StackedModels]) -> StackedModels:
+    """Every client of ``stacks`` on one axis, for forward passes only (no Adam state; a stack alone is itself)."""
+    if len(stacks) == 1:
+        return stacks[0]
+    merged = copy.copy(stacks[0])
+    merged.broker = merged.broker_owner = merged.optim = None
+    merged.num_clients = sum(s.num_clients for s in stacks)
+    merged.params = {k: torch.cat([s.params[k] for s in stacks]) for k in stacks[0].params}  # under no_grad
+    return merged
+
+
 @torch.no_grad()
 def split_models(merged: StackedModels, stacks: list[StackedModels]) -> None:
     """Copy each stack's slice of ``merged`` (parameters, Adam state) back into it."""
@@ -228,4 +369,4 @@ def split_models(merged: StackedModels, stacks: list[StackedModels]) -> None:
         start += s.num_clients
 
 
-__all__ = ["EpochBroker", "concat_models", "split_models"]
+__all__ = ["EpochBroker", "concat_models", "concat_params", "split_models"]

@@ -351,6 +351,7 @@ class StackedModels:
     """C copies of one autoencoder architecture with stacked parameters and Adam state."""
 
     broker = None  # a batched engine's ``training.lockstep.EpochBroker`` while this stack trains under one
+    broker_owner = None  # the run the broker counts this stack's (and its slot views') compute to: id of its stack
 
     def __init__(self, models: list[nn.Module], adam: AdamConfig = AdamConfig(), device: torch.device | str = "cpu"):
         self.num_clients = len(models)

@@ -15,7 +15,9 @@ all randomness comes from one ``random_state``. Each exposes ``centroids_``
   diagonal-covariance EM that runs every initialisation at once (the vision
   preset has 100 of them) and reproduces scikit-learn's algorithm step for
   step — same k-means++ seeding (and random stream), same M-step, same
-  convergence rule, best lower bound kept.
+  convergence rule, best lower bound kept. Its full-covariance twin
+  (``gmm_full``) is the GCA server's GMM under the device engine, batched
+  over runs as well (``GMMBackend.fit_batch``).
 - :class:`KMeansBackend`, :class:`MiniBatchKMeansBackend` — scikit-learn,
   counts = cluster sizes.
 - :class:`SoftKMeansBackend` — our own (scikit-learn has none).
@@ -25,7 +27,8 @@ input, caps K at the number of distinct codes and never lets a collapsed EM
 crash a round (SPEC §1: "fit what is fittable").
 
 Modules: ``base`` (ClusterSummary, the shared ``summary()``), ``kmeans``,
-``softkmeans``, ``gmm``, and ``fit`` (the presets, the factory and
+``softkmeans``, ``kmeanspp`` (the torch engines' seeding), ``gmm``,
+``gmm_full``, and ``fit`` (the presets, the factory and
 :func:`cluster_codes`). Only ``ClusterSummary`` is imported eagerly; everything
 else loads on first use (PEP 562), so that a client, which never clusters,
 never imports scikit-learn.
@@ -44,6 +47,7 @@ __all__ = [
     "PRESETS",
     "batched_kmeanspp",
     "fit_diag_gmm_torch",
+    "fit_full_gmm_torch",
     "make_backend",
     "cluster_codes",
     "soft_responsibilities",

@@ -16,9 +16,10 @@ from fedgca.protocol.clustering.base import (
 )
 from fedgca.protocol.clustering.gmm import (  # noqa: F401 — re-exported by the package (lazily)
     GMMBackend,
-    batched_kmeanspp,
     fit_diag_gmm_torch,
 )
+from fedgca.protocol.clustering.gmm_full import fit_full_gmm_torch  # noqa: F401 — re-exported (lazily)
+from fedgca.protocol.clustering.kmeanspp import batched_kmeanspp  # noqa: F401 — re-exported (lazily)
 from fedgca.protocol.clustering.kmeans import KMeansBackend, MiniBatchKMeansBackend
 from fedgca.protocol.clustering.softkmeans import (  # noqa: F401 — re-exported by the package (lazily)
     SoftKMeansBackend,
@@ -94,9 +95,14 @@ def _attempts(backend: str, k: int, seed: int, preset: str, overrides: dict) -> 
     return [first, *retries, KMeansBackend(k, random_state=seed)]
 
 
+def fit_alone(model, Z: np.ndarray):
+    """How :func:`cluster_codes` fits a backend unless told otherwise: ``model.fit(Z)``."""
+    return model.fit(Z)
+
+
 def cluster_codes(
     Z: np.ndarray, k: int, *, backend: str = "gmm", seed: int, preset: str = "tabular", warm_means=None,
-    **overrides
+    fit=fit_alone, **overrides
 ) -> ClusterSummary:
     """Phase 2 of a GCA round (SPEC §1): cluster the pooled codes, return the non-empty components.
 
@@ -108,7 +114,9 @@ def cluster_codes(
     engine or parameter value, and ``TypeError`` for an unknown option name.
 
     ``warm_means`` (GMM only): initial means — the previous round's centroids — used when there is one per
-    component to fit (else the fit starts fresh, from k-means++).
+    component to fit (else the fit starts fresh, from k-means++). ``fit(model, Z)``: fits each attempt and
+    returns it fitted, or raises as ``model.fit`` does (the batched engine's broker fits other runs' alike
+    models with it: ``training.lockstep.EpochBroker.clustering``).
     """
     Z = _validate_codes(Z)
     if int(k) < 1:
@@ -124,7 +132,7 @@ def cluster_codes(
         logger.warning("K=%d exceeds the %d distinct pooled codes; fitting %d components", k, len(distinct), k_fit)
     for model, following in zip(attempts, [*attempts[1:], None]):
         try:
-            return _fit_summary(model.fit(Z))
+            return _fit_summary(fit(model, Z))
         except InvalidParameterError:  # a configuration error, not a numerical failure
             raise
         except (ValueError, FloatingPointError, np.linalg.LinAlgError, RuntimeError) as exc:

@@ -1,6 +1,7 @@
-"""Gaussian mixture backend: scikit-learn's GaussianMixture, or a batched diagonal EM in torch that
-reproduces scikit-learn's algorithm step for step (k-means++ seeding and random stream, M-step,
-convergence rule, best lower bound kept) and runs every initialisation at once."""
+"""Gaussian mixture backend: scikit-learn's GaussianMixture, or a batched EM in torch that reproduces
+scikit-learn's algorithm step for step (k-means++ seeding and random stream, M-step, convergence rule, best
+lower bound kept) and runs every initialisation at once: diagonal covariances here, full ones in
+``gmm_full``."""
 from __future__ import annotations
 
 import math
@@ -13,67 +14,11 @@ from sklearn.utils import check_random_state
 
 from fedgca.devices import to_numpy
 from fedgca.protocol.clustering.base import _as_float64, _Backend
+from fedgca.protocol.clustering.gmm_full import fit_full_gmm_torch
+from fedgca.protocol.clustering.kmeanspp import batched_kmeanspp
 
 _EPS10 = 10 * np.finfo(np.float64).eps  # sklearn adds 10·eps to every N_k
-
-
-def _draw_kmeanspp_randomness(n: int, k: int, n_init: int, n_local_trials: int, rs) -> tuple:
-    """Pre-draw, init by init, exactly the numbers sklearn's ``kmeans_plusplus`` draws.
-
-    Per init: the first centre (``choice`` with uniform p), then k−1 rounds of
-    ``uniform(size=n_local_trials)``. The draws do not depend on the data, so
-    drawing them up front keeps sklearn's random stream (a GaussianMixture with
-    the same ``random_state`` seeds identically).
-    """
-    w = np.ones(n, dtype=np.float64)
-    first = np.empty(n_init, dtype=np.int64)
-    uniforms = np.empty((n_init, max(k - 1, 0), n_local_trials), dtype=np.float64)
-    for i in range(n_init):
-        first[i] = rs.choice(n, p=w / w.sum())
-        uniforms[i] = rs.uniform(size=(max(k - 1, 0), n_local_trials))
-    return first, uniforms
-
-
-class _Distances:
-    """Squared distances from chosen rows of X to all of X (via the Gram matrix when n is small)."""
-
-    def __init__(self, X: np.ndarray, gram_max_bytes: int = 256 * 2**20):
-        self.X = X
-        self.sqn = np.einsum("ij,ij->i", X, X)
-        n = X.shape[0]
-        self.gram = X @ X.T if n * n * X.itemsize <= gram_max_bytes else None
-
-    def __call__(self, rows: np.ndarray) -> np.ndarray:
-        """rows: int [...] → [..., n] squared distances, clipped at 0 (as sklearn's)."""
-        dots = self.gram[rows] if self.gram is not None else self.X[rows] @ self.X.T
-        return np.maximum(self.sqn[rows][..., None] + self.sqn - 2.0 * dots, 0.0)
-
-
-def batched_kmeanspp(X: np.ndarray, k: int, n_init: int, rs, n_local_trials: int | None = None) -> np.ndarray:
-    """Greedy k-means++ seeding (sklearn's scheme) for ``n_init`` inits at once → indices int64 [I, k].
-
-    Same algorithm as ``sklearn.cluster.kmeans_plusplus``: first centre uniform;
-    each next centre is the best (lowest potential) of 2 + ⌊ln k⌋ candidates
-    drawn ∝ D². Uses ``rs`` (a ``RandomState``) exactly as sklearn does, so
-    with the same seed it picks the same indices. Vectorised over inits in
-    numpy (many small steps: cheaper than torch's per-op threading here).
-    """
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    n = X.shape[0]
-    trials = n_local_trials or 2 + int(np.log(k))
-    first, uniforms = _draw_kmeanspp_randomness(n, k, n_init, trials, rs)
-    dist = _Distances(X)
-    idx = np.empty((n_init, k), dtype=np.int64)
-    idx[:, 0] = first
-    closest = dist(first)  # [I, n]
-    rows = np.arange(n_init)
-    for c in range(1, k):
-        cum, targets = np.cumsum(closest, axis=1), uniforms[:, c - 1] * closest.sum(1)[:, None]
-        cand = np.stack([np.searchsorted(cum[i], targets[i]) for i in rows]).clip(max=n - 1)  # [I, L]
-        cand_d = np.minimum(closest[:, None, :], dist(cand))  # [I, L, n]
-        best = cand_d.sum(2).argmin(1)
-        closest, idx[:, c] = cand_d[rows, best], cand[rows, best]
-    return idx
+TORCH_COVARIANCES = ("diag", "full")  # what the torch engines fit (gmm: diag; gmm_full: full)
 
 
 @dataclass
@@ -249,10 +194,11 @@ class GMMBackend(_Backend):
     ``max_iter`` iterations, stop when the change in the mean log-likelihood
     lower bound is below ``tol``; best lower bound over inits kept.
 
-    ``engine``: "sklearn" (any covariance type), "torch" (diag only; every
-    init in one batched computation, optionally on ``device``) or "auto"
-    (torch for diag with n_init > 1, else sklearn). Both engines use
-    ``random_state`` identically, so they seed the same initialisations.
+    ``engine``: "sklearn" (any covariance type), "torch" (diag or full; every init in one batched computation,
+    optionally on ``device``; the device engine's GCA server uses it: ``training.gca.gca_config``) or "auto"
+    (torch for diag with n_init > 1, else sklearn). Both engines use ``random_state`` identically, so they seed
+    the same initialisations. A full-covariance torch fit can share one batched computation with
+    other runs' fits of the same shape (:meth:`batch_key`, :meth:`fit_batch`), with the numbers it gives alone.
     """
 
     def __init__(
@@ -277,9 +223,37 @@ class GMMBackend(_Backend):
             return "torch" if self.covariance_type == "diag" and self.n_init > 1 else "sklearn"
         if self.engine not in ("sklearn", "torch"):
             raise ValueError(f"unknown GMM engine {self.engine!r}; choose auto, sklearn or torch")
-        if self.engine == "torch" and self.covariance_type != "diag":
-            raise ValueError("the torch GMM engine supports covariance_type='diag' only")
+        if self.engine == "torch" and self.covariance_type not in TORCH_COVARIANCES:
+            raise ValueError(f"the torch GMM engine supports covariance_type {' or '.join(TORCH_COVARIANCES)} "
+                             f"only, got {self.covariance_type!r}")
         return self.engine
+
+    def batch_key(self, Z: np.ndarray):
+        """Fits with equal keys can run as one batched computation (:meth:`fit_batch`); None: this one cannot
+        (scikit-learn's engine, or the diagonal engine, which batches its initialisations only)."""
+        if self._resolve_engine() != "torch" or self.covariance_type != "full":
+            return None
+        return (type(self), np.shape(Z), self.n_components, self.n_init, self.reg_covar, self.max_iter, self.tol,
+                str(torch.device(self.device or "cpu")))
+
+    @staticmethod
+    def fit_batch(models: list["GMMBackend"], Zs: list[np.ndarray]) -> list[BaseException | None]:
+        """Fit ``models`` (equal :meth:`batch_key`) on their own codes in one batched computation, each to the
+        numbers its own ``fit`` gives; per model, None or the error its ``fit`` would raise."""
+        first = models[0]
+        Zs = [_as_float64(Z) for Z in Zs]
+        outs = fit_full_gmm_torch(Zs, first.n_components, random_states=[m.random_state for m in models],
+                                  reg_covar=first.reg_covar, n_init=first.n_init, max_iter=first.max_iter,
+                                  tol=first.tol, means_inits=[m.means_init for m in models], device=first.device)
+        errors = []
+        for model, out in zip(models, outs, strict=True):
+            model.engine_ = "torch"
+            if isinstance(out, BaseException):
+                errors.append(out)
+                continue
+            model._keep(out)
+            errors.append(None)
+        return errors
 
     def fit(self, Z) -> "GMMBackend":
         Z = _as_float64(Z)
@@ -302,12 +276,21 @@ class GMMBackend(_Backend):
     def _fit_torch(self, Z: np.ndarray) -> None:
         if Z.shape[0] < self.n_components:
             raise ValueError(f"Expected n_samples >= n_components, got {Z.shape[0]} < {self.n_components}")
-        out = fit_diag_gmm_torch(
+        if self.covariance_type == "full":
+            (error,) = self.fit_batch([self], [Z])
+            if error is not None:
+                raise error
+            return
+        self._keep(fit_diag_gmm_torch(
             Z, self.n_components, reg_covar=self.reg_covar, n_init=self.n_init, max_iter=self.max_iter,
             tol=self.tol, random_state=self.random_state, means_init=self.means_init, device=self.device,
             max_batch_bytes=self.max_batch_bytes,
-        )
+        ))
+
+    def _keep(self, out: dict) -> None:
+        """A torch engine's result as the fitted attributes."""
         self.weights_, self.means_, self.covariances_ = out["weights"], out["means"], out["covariances"]
         self.lower_bound_, self.n_iter_, self.converged_ = out["lower_bound"], out["n_iter"], out["converged"]
         self.lower_bounds_per_init_ = out["lower_bounds"]
         self.counts_ = out["resp_counts"]
+        self.centroids_ = self.means_
