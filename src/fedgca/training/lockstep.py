@@ -227,13 +227,12 @@ class EpochBroker:
 
     def _run_group(self, reqs: list) -> None:
         t0 = time.thread_time()  # the computing thread's CPU seconds: the unit of ``own_seconds``
-        fits = isinstance(reqs[0], _FitRequest)
+        kind = type(reqs[0])
         try:
-            (self._fit_group if fits else self._score_group if isinstance(reqs[0], _ScoreRequest)
-             else self._compute_group)(reqs)
-        finally:
+            {_Request: self._compute_group, _FitRequest: self._fit_group, _ScoreRequest: self._score_group}[kind](reqs)
+        finally:  # each run's share: by its clients (a fit: one each)
             seconds = time.thread_time() - t0
-            weights = [1] * len(reqs) if fits else [r.clients.num_clients for r in reqs]
+            weights = [1 if kind is _FitRequest else r.clients.num_clients for r in reqs]
             for r, w in zip(reqs, weights):
                 r.share = seconds * w / sum(weights)
 

@@ -26,8 +26,9 @@ from fedgca.protocol.clustering.kmeanspp import batched_kmeanspp
 _EPS10 = 10 * np.finfo(np.float64).eps  # sklearn adds 10·eps to every N_k
 CHECK_EVERY = 4  # EM iterations between two reads of "is any run still iterating?" (results do not depend on it)
 # The working tensors of one batch: on CPU cores a batch larger than the caches is bound by memory traffic and
-# page faults (benchmarks/bench_gmm_full.py: 8 magic-sized runs in one batch took 0.28× scikit-learn's time one
-# by one, one run alone 1.44×), so a CPU batches only what stays small; a GPU is bound by launches: batch widely.
+# page faults (benchmarks/bench_gmm_full.py: 8 magic-sized runs in one batch ran at 0.28× the speed of
+# scikit-learn's fits one by one, a run alone at 1.2–1.4×), so a CPU batches only what stays small; a GPU is bound
+# by launches: batch widely.
 BATCH_BYTES = {"cpu": 128 << 20, "other": 4 << 30}
 ILL_DEFINED = ("Fitting the mixture model failed because some components have ill-defined empirical covariance "
                "(for instance caused by singleton or collapsed samples). Try to decrease the number of "
