@@ -7,7 +7,8 @@
 #     carry:   [".gpu/whl", ".gpu/data/adbench", ".gpu/data/magic", ".gpu/data/academic", ".gpu/data/adult",
 #               ".gpu/data/bank"]
 #     - the CUDA tests (tests/test_device.py, tests/test_device_engine.py; Flower's apps left out: no flwr there)
-#     - the README's main job, magic GCA (R = 100), on the GPU
+#     - the README's main job, magic GCA (R = 100), on the GPU; then where its time goes, part by part (R = 10,
+#       benchmarks/profile_run.py, ≤ 40 s)
 #     - the 25 ADBench files × the bench's five methods, seed 100, IID, no peers: 16 CPU workers vs the batched
 #       engine on the GPU, each for BENCH_S seconds
 #     - the paper's tabular grid (4 presets × the paper's methods × 10 seeds, R = 20), largest runs first: one run
@@ -101,6 +102,9 @@ if [ "$PART" = tabular ]; then
         > "$WORK/magic.log" 2>&1
     echo "rc $? in $((SECONDS - t0)) s; $(summary "$WORK/magic")"
     keep
+
+    say "where the README job's time goes on the GPU: magic GCA, R = 10, part by part"
+    timeout 40 $PY benchmarks/profile_run.py --rounds 10 --device "$GPU" --data-dir "$DATA" 2>&1 | grep -v "^USDT"
 
     say "25 ADBench files, seed 100, IID, no peers: $CORES CPU workers vs the GPU, $BENCH_S s each"
     rm -rf "$WORK/bench_cpu" "$WORK/bench_gpu"

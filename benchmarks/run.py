@@ -30,6 +30,8 @@
                             (seconds, exchanges and bytes per round; needs the data).
 19. ``bench_gmm_full.py`` — the tabular-preset GMM (full, K = 80) for 1, 8, 64 runs: scikit-learn one after another
                             vs the torch engine's batched fit (the device engine's clustering; ``--device cuda``).
+20. ``profile_run.py``   — where one run's time goes (magic GCA, R = 10): epochs, scoring, host metrics,
+                            clustering, checkpoints (cProfile; ``--device cuda`` on a GPU; needs the data).
 
 Compare ratios, not absolute seconds: the machines are shared and noisy.
 ``--quick`` skips the slow full-round comparisons (epochs only, one GMM repeat, no Flower).
@@ -75,6 +77,7 @@ def main() -> int:
     if args.data_dir:
         jobs.append([str(HERE / "bench_ray.py"), *data, *(["--repeat", "1"] if args.quick else [])])
         jobs.append([str(HERE / "bench_warm_pool.py"), *data, *(["--files", "3"] if args.quick else [])])
+        jobs.append([str(HERE / "profile_run.py"), *data, *(["--rounds", "2"] if args.quick else [])])
     failed = 0
     for job in jobs:
         print(f"\n=== {' '.join(Path(j).name if j.endswith('.py') else j for j in job)}", flush=True)
