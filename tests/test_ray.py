@@ -5,6 +5,7 @@ for nodes that do not share the driver's filesystem. One cluster serves the modu
 seconds of CPU on 2 cores); the test that removes a node comes last."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -129,7 +130,13 @@ def test_a_killed_node_costs_only_its_runs_progress(cluster, tmp_path, data_dir)
     def kill_node(pid: int) -> None:  # the worker node whose raylet started this worker process
         ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         victim = next(n for n in workers if n.all_processes["raylet"][0].process.pid == ppid)
-        c.remove_node(victim, allow_graceful=False)  # its run is retried on the other node
+        # frozen first: on a fast machine the run would otherwise finish in the second the node takes to go
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            c.remove_node(victim, allow_graceful=False)  # its run is retried on the other node
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # the frozen worker, if the node's end left it behind
         workers.remove(victim)
 
     killer = _kill_when_checkpointed(root, configs[0], kill_node)
