@@ -134,6 +134,7 @@ def test_torch_full_em_is_sklearns(n, d, k, n_init, reg_covar, warm):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the overflowing run, on purpose
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_full_fit_gives_the_same_numbers_alone_or_in_a_batch(threads):
     """Runs of one shape fitted as one batch (the broker's ``fit_batch``): each run's fit bit for bit its fit
