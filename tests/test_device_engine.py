@@ -219,6 +219,48 @@ def test_the_runs_scorings_are_one_pass_with_each_runs_numbers(device_engine):
         assert np.array_equal(got_test, test), i
 
 
+def test_a_failed_stacked_scoring_fails_only_the_run_that_fails_alone(device_engine):
+    """A scoring of many runs that fails as a whole is computed run by run: the run whose own scoring fails gets
+    the error, the others their scores as alone."""
+    from fedgca.training.lockstep import _ScoreRequest
+
+    def fragile(models, x):  # fails on the poisoned run's 777 rows, whether alone or padded into a block
+        if x.shape[-2] == 777:
+            raise RuntimeError("out of memory")
+        return metrics._scores_at_once(models, x)
+
+    runs = [(_stack(range(3 * i, 3 * i + 2)), torch.randn(rows, D)) for i, rows in enumerate((500, 777, 600))]
+    reqs = [_ScoreRequest(m, x, fragile) for m, x in runs]
+    EpochBroker(3)._score_group(reqs)
+    assert isinstance(reqs[1].error, RuntimeError) and reqs[0].error is None and reqs[2].error is None
+    for r in (reqs[0], reqs[2]):
+        assert torch.equal(r.result, metrics._scores_at_once(r.clients, r.x))
+
+
+def test_a_failed_batched_fit_falls_back_to_each_fit_alone(monkeypatch):
+    """GMM fits of many runs whose batch fails as a whole (memory) are fitted one by one, each as alone."""
+    from fedgca.protocol.clustering import GMMBackend
+    from fedgca.training.lockstep import _FitRequest
+
+    real = GMMBackend.fit_batch
+
+    def fragile(models, Zs):
+        if len(models) > 1:
+            raise RuntimeError("out of memory")
+        return real(models, Zs)
+
+    monkeypatch.setattr(GMMBackend, "fit_batch", staticmethod(fragile))
+    rng = np.random.default_rng(0)
+    Zs = [rng.standard_normal((120, 3)) + i for i in range(3)]
+    models = [GMMBackend(4, engine="torch", random_state=i) for i in range(3)]
+    reqs = [_FitRequest(m, Z, m.batch_key(Z)) for m, Z in zip(models, Zs)]
+    EpochBroker(3)._fit_group(reqs)
+    assert all(r.error is None for r in reqs)
+    for i, m in enumerate(models):
+        alone = GMMBackend(4, engine="torch", random_state=i).fit(Zs[i])
+        assert np.array_equal(m.means_, alone.means_) and np.array_equal(m.counts_, alone.counts_)
+
+
 def test_a_stacked_scoring_grows_by_one_copy_per_run():
     """What the broker adds to a scoring of many runs (torch profiler, top-level ``aten::`` calls, 8 runs against
     64): per run one copy (its rows into the padded block) and views; the scoring's own calls stay the same."""

@@ -242,7 +242,12 @@ class EpochBroker:
         try:
             errors = type(reqs[0].model).fit_batch([r.model for r in reqs], [r.Z for r in reqs])
         except BaseException as err:  # noqa: BLE001 — handed to each run's own thread
-            errors = [err] * len(reqs)
+            if len(reqs) == 1:
+                errors = [err]
+            else:  # the batch failed as a whole (memory): each fit alone, so only a run that fails alone fails
+                for r in reqs:
+                    self._fit_group([r])
+                return
         for r, err in zip(reqs, errors, strict=True):
             r.error = err
 
@@ -255,9 +260,12 @@ class EpochBroker:
         try:
             with torch.no_grad():  # this thread may be any run's, in the middle of its own (autograd) work
                 self._score_into(reqs)
-        except BaseException as err:  # noqa: BLE001 — handed to each run's own thread
-            for r in reqs:
-                r.error = err
+        except BaseException as err:  # noqa: BLE001 — handed to the run's own thread
+            if len(reqs) == 1:
+                reqs[0].error = err
+            else:  # the pass failed as a whole (memory): each run alone, so only a run that fails alone fails
+                for r in reqs:
+                    self._score_group([r])
 
     @staticmethod
     def _score_into(reqs: list[_ScoreRequest]) -> None:
