@@ -125,6 +125,48 @@ def test_a_stacked_epoch_equals_each_stacks_own_epoch():
         assert torch.equal(a.optim.epochs, b.optim.epochs)
 
 
+def test_a_stacked_epoch_that_fails_as_a_whole_is_computed_run_by_run(monkeypatch):
+    """A stacked epoch that fails (on a GPU: out of memory) before any run's models are written back is computed
+    run by run from the same draws: each run gets the numbers of its epoch alone; a run that fails alone fails."""
+    from fedgca import seeding
+    from fedgca.models import init_model
+    from fedgca.training import lockstep
+    from fedgca.training.local import reconstruction_loss
+    from fedgca.training.lockstep import _Request
+    from fedgca.training.stacked import StackedModels
+
+    torch.set_num_threads(1)
+    sizes = (3, 2, 1)
+
+    def fragile(clients, *args, **kw):  # the merged epoch (6 clients) and run 2's own (2 clients) fail
+        if clients.num_clients in (6, 2):
+            raise RuntimeError("out of memory")
+        return run_epoch(clients, *args, **kw)
+
+    def stacks():
+        return [StackedModels([init_model(s, (21,), i) for i in range(c)]) for s, c in enumerate(sizes)]
+
+    rng = np.random.default_rng(0)
+    shards = [ClientShards.from_arrays([rng.standard_normal((90 + 7 * i, 21)).astype(np.float32) for i in range(c)])
+              for c in sizes]
+    alone, together = stacks(), stacks()
+    expected = [run_epoch(m, sh, seeding.client_rngs(s, "t", (0,), range(c)), 50, reconstruction_loss(m, 1),
+                          list(m.params), torch.ones(c, dtype=torch.bool))
+                for s, (m, sh, c) in enumerate(zip(alone, shards, sizes))]
+    monkeypatch.setattr(lockstep, "run_epoch", fragile)
+    reqs = [_Request(m, sh, seeding.client_rngs(s, "t", (0,), range(c)), 50, reconstruction_loss(m, 1),
+                     tuple(m.params), torch.ones(c, dtype=torch.bool))
+            for s, (m, sh, c) in enumerate(zip(together, shards, sizes))]
+    EpochBroker(3)._compute_group(reqs)
+    assert isinstance(reqs[1].error, RuntimeError) and reqs[0].error is None and reqs[2].error is None
+    for i in (0, 2):
+        assert torch.equal(reqs[i].result, expected[i])
+        for k in alone[i].params:
+            assert torch.equal(alone[i].params[k], together[i].params[k]), (i, k)
+    for k in together[1].params:  # the failed run's models as they were
+        assert torch.equal(together[1].params[k], stacks()[1].params[k])
+
+
 def test_stacks_group_by_dataset_and_device_in_order():
     cfgs = [RunConfig(dataset=d, method="gca", seed=s) for d, s in
             [("magic", 1), ("adult", 1), ("magic", 2), ("magic", 3)]]

@@ -301,6 +301,8 @@ class EpochBroker:
                 req.error = err
             return
         self.stats["stacked_epochs"] += 1
+        draws = [[g.bit_generator.state for g in r.rngs] for r in reqs]
+        split = False
         try:
             merged = concat_models([r.clients for r in reqs])
             shards = self._merged_shards([r.shards for r in reqs])
@@ -308,6 +310,7 @@ class EpochBroker:
             part = torch.cat([r.participating.to("cpu", torch.bool) for r in reqs])
             losses = run_epoch(merged, shards, [g for r in reqs for g in r.rngs], reqs[0].batch_size, loss,
                                list(reqs[0].keys), part, broker=False)
+            split = True
             split_models(merged, [r.clients for r in reqs])
             start = 0
             for r in reqs:
@@ -315,8 +318,16 @@ class EpochBroker:
                 r.result, r.merged_with = losses[start:start + n].clone(), len(reqs)
                 start += n
         except BaseException as err:  # noqa: BLE001
-            for r in reqs:
-                r.error = err
+            if split:  # a run's models may hold the stacked epoch's result already: no second try
+                for r in reqs:
+                    r.error = err
+                return
+            # the stacked epoch failed as a whole (memory), the runs' models untouched: each run's epoch alone,
+            # from the same draws (its numbers are the same), so only a run that fails alone fails
+            for r, states in zip(reqs, draws):
+                for g, state in zip(r.rngs, states):
+                    g.bit_generator.state = state
+                self._compute_group([r])
 
     def _merged_shards(self, shards: list[ClientShards]) -> ClientShards:
         """The group's shards on one client axis, padded to the longest; made once per set of shards (a run's
