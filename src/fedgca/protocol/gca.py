@@ -163,7 +163,7 @@ def aggregate_codes(uploads: list[np.ndarray], cfg: GCAConfig, seed: int,
     warm = previous.centroids if cfg.warm_start and previous is not None else None
     return cluster_codes(
         pooled, cfg.k, backend=cfg.backend, seed=seed, preset=cfg.cluster_preset, warm_means=warm,
-        **({} if fit is None else {"fit": fit}), **cfg.cluster_options
+        fit=fit, **cfg.cluster_options
     )
 
 

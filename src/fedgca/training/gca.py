@@ -22,10 +22,10 @@ from fedgca.protocol.gca import (
     sample_upload,
 )
 from fedgca.protocol.losses import masked_batch_mean
+from fedgca.training import stacked
 from fedgca.training.dpsgd import run_dp_epoch
 from fedgca.training.local import reconstruction_loss, reconstruction_per_example
 from fedgca.training.loop import ClientShards, HandDifferentiated, LossFn, run_epoch
-from fedgca.training import stacked
 from fedgca.training.stacked import StackedModels
 
 

@@ -95,14 +95,9 @@ def _attempts(backend: str, k: int, seed: int, preset: str, overrides: dict) -> 
     return [first, *retries, KMeansBackend(k, random_state=seed)]
 
 
-def fit_alone(model, Z: np.ndarray):
-    """How :func:`cluster_codes` fits a backend unless told otherwise: ``model.fit(Z)``."""
-    return model.fit(Z)
-
-
 def cluster_codes(
     Z: np.ndarray, k: int, *, backend: str = "gmm", seed: int, preset: str = "tabular", warm_means=None,
-    fit=fit_alone, **overrides
+    fit=None, **overrides
 ) -> ClusterSummary:
     """Phase 2 of a GCA round (SPEC §1): cluster the pooled codes, return the non-empty components.
 
@@ -115,8 +110,8 @@ def cluster_codes(
 
     ``warm_means`` (GMM only): initial means — the previous round's centroids — used when there is one per
     component to fit (else the fit starts fresh, from k-means++). ``fit(model, Z)``: fits each attempt and
-    returns it fitted, or raises as ``model.fit`` does (the batched engine's broker fits other runs' alike
-    models with it: ``training.lockstep.EpochBroker.clustering``).
+    returns it fitted, or raises as ``model.fit`` does (None: ``model.fit(Z)``; the batched engine's broker fits
+    other runs' alike models with it: ``training.lockstep.EpochBroker.clustering``).
     """
     Z = _validate_codes(Z)
     if int(k) < 1:
@@ -132,7 +127,7 @@ def cluster_codes(
         logger.warning("K=%d exceeds the %d distinct pooled codes; fitting %d components", k, len(distinct), k_fit)
     for model, following in zip(attempts, [*attempts[1:], None]):
         try:
-            return _fit_summary(fit(model, Z))
+            return _fit_summary(model.fit(Z) if fit is None else fit(model, Z))
         except InvalidParameterError:  # a configuration error, not a numerical failure
             raise
         except (ValueError, FloatingPointError, np.linalg.LinAlgError, RuntimeError) as exc:
