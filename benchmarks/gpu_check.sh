@@ -145,14 +145,17 @@ elif [ "$PART" = vision ]; then
     if [ -d "$DATA/adbench" ]; then
         say "25 ADBench files on the GPU from 4 processes of 4 stacks each (does one process's GIL bound it?), $BENCH_S s"
         files=("$DATA"/adbench/*.npz)
+        pids=()
         for p in 0 1 2 3; do
             group=()
             for i in "${!files[@]}"; do [ $((i % 4)) = "$p" ] && group+=("${files[$i]}"); done
             rm -rf "$WORK/bench_gpu4_$p"
             timed "$BENCH_S" "$WORK/bench_gpu4_$p" $FEDGCA bench "${group[@]}" --out "$WORK/bench_gpu4_$p" --seeds 100 \
                 --peers none --executor batched --workers 4 --set device="$GPU" --no-plots &
+            pids+=($!)
         done
-        wait
+        # these four only: a bare `wait` also waits for nvidia-smi dmon and the log's tee, which never end
+        wait "${pids[@]}"
         keep
     fi
     say "Fashion-MNIST GCA on $CORES CPU threads (at most $FM_CPU_S s: the rounds it reaches)"
