@@ -147,25 +147,25 @@ class EpochBroker:
     # ---- the epoch: called by loop.run_epoch in a run's thread ----
     def epoch(self, clients, shards, rngs, batch_size, loss_fn, keys, participating) -> Tensor:
         req = _Request(clients, shards, list(rngs), int(batch_size), loss_fn, tuple(keys), participating)
-        self._submit(req, clients.broker_owner or id(clients))
+        self._submit(req, clients.broker_owner)
         return req.result
 
     # ---- scoring: called by evaluation.metrics in a run's thread (the device engine's scoring) ----
     def scores(self, clients: StackedModels, x: Tensor, compute) -> Tensor:
         """``compute(clients, x)`` — scores [C, M], on the host — computed with the other runs' scorings."""
         req = _ScoreRequest(clients, x, compute)
-        self._submit(req, clients.broker_owner or id(clients))
+        self._submit(req, clients.broker_owner)
         return req.result
 
     # ---- a clustering fit: called by protocol.clustering.cluster_codes in a GCA server's (a run's) thread ----
     def clustering(self, clients: StackedModels):
         """The ``fit(model, Z)`` of the run whose models are ``clients`` (``cluster_codes``'s ``fit``)."""
-        return functools.partial(self.fit, id(clients))
+        return functools.partial(self.fit, clients.broker_owner)
 
     def fit(self, owner: int, model, Z: np.ndarray):
         """``model`` fitted on ``Z``: with the other runs' alike fits as one computation where the model can
         share one (``model.batch_key``), else here in the run's thread."""
-        key = model.batch_key(Z) if hasattr(model, "batch_key") else None
+        key = model.batch_key(Z)
         if key is None:
             return model.fit(Z)
         self._submit(_FitRequest(model, Z, key), owner)
@@ -269,24 +269,11 @@ class EpochBroker:
 
     @staticmethod
     def _score_into(reqs: list[_ScoreRequest]) -> None:
-        first = reqs[0]
-        merged = concat_params([r.clients for r in reqs])
-        if len(reqs) == 1:
-            x = first.x
-        else:
-            rows = max(r.x.shape[-2] for r in reqs)
-            x = first.x.new_zeros((merged.num_clients, rows, first.x.shape[-1]))
-            start = 0
-            for r in reqs:
-                n = r.clients.num_clients
-                x[start:start + n, : r.x.shape[-2]] = r.x
-                start += n
-        scores = first.compute(merged, x).cpu()
-        start = 0
-        for r in reqs:
-            n = r.clients.num_clients
-            r.result = scores[start:start + n, : r.x.shape[-2]]
-            start += n
+        counts = [r.clients.num_clients for r in reqs]
+        x = reqs[0].x if len(reqs) == 1 else _pad_cat([r.x.expand(n, *r.x.shape[-2:]) for r, n in zip(reqs, counts)])
+        scores = reqs[0].compute(concat_params([r.clients for r in reqs]), x).cpu()
+        for r, part in zip(reqs, scores.split(counts)):
+            r.result = part[:, : r.x.shape[-2]]
 
     def _compute_group(self, reqs: list[_Request]) -> None:
         self.stats["epochs"] += len(reqs)
@@ -312,11 +299,8 @@ class EpochBroker:
                                list(reqs[0].keys), part, broker=False)
             split = True
             split_models(merged, [r.clients for r in reqs])
-            start = 0
-            for r in reqs:
-                n = r.clients.num_clients
-                r.result, r.merged_with = losses[start:start + n].clone(), len(reqs)
-                start += n
+            for r, part in zip(reqs, losses.split([r.clients.num_clients for r in reqs])):
+                r.result, r.merged_with = part.clone(), len(reqs)
         except BaseException as err:  # noqa: BLE001
             if split:  # a run's models may hold the stacked epoch's result already: no second try
                 for r in reqs:
@@ -336,28 +320,27 @@ class EpochBroker:
         hit = self._shard_cache.get(key)
         if hit is not None:
             return hit
-        sizes = np.concatenate([s.sizes for s in shards])
-        x = shards[0].x.new_zeros((len(sizes), int(sizes.max()), *shards[0].x.shape[2:]))
-        start = 0
-        for s in shards:
-            x[start:start + s.num_clients, : s.x.shape[1]] = s.x
-            start += s.num_clients
-        merged = ClientShards(x, sizes)
+        merged = ClientShards(_pad_cat([s.x for s in shards]), np.concatenate([s.sizes for s in shards]))
         if len(self._shard_cache) > 64:  # groups change as runs finish: forget the old ones
             self._shard_cache.clear()
         self._shard_cache[key] = merged
         return merged
 
 
+def _joined(stacks: list[StackedModels], params: dict[str, Tensor]) -> StackedModels:
+    """``stacks[0]``'s architecture with ``params`` (every client of ``stacks`` on one axis), under no broker."""
+    merged = copy.copy(stacks[0])
+    merged.broker = merged.broker_owner = merged.optim = None
+    merged.num_clients = sum(s.num_clients for s in stacks)
+    merged.params = params
+    return merged
+
+
 def concat_models(stacks: list[StackedModels]) -> StackedModels:
     """One stack of every client of ``stacks`` (same architecture), parameters and Adam state copied."""
     first = stacks[0]
-    merged = StackedModels.__new__(StackedModels)
-    merged.__dict__.update(first.__dict__)
-    merged.broker = None
-    merged.num_clients = sum(s.num_clients for s in stacks)
-    merged.params = {k: torch.cat([s.params[k].detach() for s in stacks]).requires_grad_(True)
-                     for k in first.params}
+    merged = _joined(stacks, {k: torch.cat([s.params[k].detach() for s in stacks]).requires_grad_(True)
+                              for k in first.params})
     merged.optim = StackedAdam(merged.params, first.optim.cfg, masked=first.optim.masked)
     merged.optim.load_state_dict(concat_states([s.optim.state_dict() for s in stacks]))
     return merged
@@ -367,11 +350,17 @@ def concat_params(stacks: list[StackedModels]) -> StackedModels:
     """Every client of ``stacks`` on one axis, for forward passes only (no Adam state; a stack alone is itself)."""
     if len(stacks) == 1:
         return stacks[0]
-    merged = copy.copy(stacks[0])
-    merged.broker = merged.broker_owner = merged.optim = None
-    merged.num_clients = sum(s.num_clients for s in stacks)
-    merged.params = {k: torch.cat([s.params[k] for s in stacks]) for k in stacks[0].params}  # under no_grad
-    return merged
+    return _joined(stacks, {k: torch.cat([s.params[k] for s in stacks]) for k in stacks[0].params})  # no_grad
+
+
+def _pad_cat(blocks: list[Tensor]) -> Tensor:
+    """Blocks of rows [C_i, M_i, ...] on one client axis [ΣC_i, max M_i, ...], zero-padded to the longest."""
+    out = blocks[0].new_zeros((sum(len(b) for b in blocks), max(b.shape[1] for b in blocks), *blocks[0].shape[2:]))
+    start = 0
+    for b in blocks:
+        out[start:start + len(b), : b.shape[1]] = b
+        start += len(b)
+    return out
 
 
 @torch.no_grad()

@@ -39,6 +39,11 @@ def _summarise(centroids: np.ndarray, counts: np.ndarray, min_count: float = 0.0
 class _Backend:
     """Shared ``summary()`` for every backend (needs ``centroids_`` and ``counts_``)."""
 
+    def batch_key(self, Z) -> tuple | None:
+        """Fits with equal keys can share one batched computation (``fit_batch``); None, the default: this one
+        cannot (``GMMBackend``'s full-covariance torch engine can)."""
+        return None
+
     def summary(self, min_count: float = 0.0) -> ClusterSummary:
         """Centroids and counts of the components with N_k > ``min_count`` (default: non-empty)."""
         if not hasattr(self, "counts_"):

@@ -14,10 +14,9 @@ from sklearn.utils import check_random_state
 
 from fedgca.devices import to_numpy
 from fedgca.protocol.clustering.base import _as_float64, _Backend
-from fedgca.protocol.clustering.gmm_full import fit_full_gmm_torch
+from fedgca.protocol.clustering.gmm_full import _EPS10, fit_full_gmm_torch
 from fedgca.protocol.clustering.kmeanspp import batched_kmeanspp
 
-_EPS10 = 10 * np.finfo(np.float64).eps  # sklearn adds 10·eps to every N_k
 TORCH_COVARIANCES = ("diag", "full")  # what the torch engines fit (gmm: diag; gmm_full: full)
 
 

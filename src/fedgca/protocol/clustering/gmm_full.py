@@ -10,7 +10,7 @@ A batch holds R runs' codes of one shape, each with its own random_state and mea
 on a run's slice alone (batched matrix products, per-matrix Cholesky and triangular solves, reductions over a
 run's own rows or components), and a run that has converged is frozen by ``where``, not dropped from the batch:
 so a run's numbers do not depend on which other runs share its batch (``tests/test_clustering.py``). The host
-reads the batch's progress once every ``CHECK_EVERY`` EM iterations, and the results once.
+reads the batch's progress once every ``CHECK_EVERY`` EM iterations, and the winning inits' results at the end.
 """
 from __future__ import annotations
 
