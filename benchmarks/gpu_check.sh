@@ -18,6 +18,8 @@
 #     carry:   [".gpu/whl", ".gpu/data/fashion_mnist", ".gpu/data/adbench"]
 #     - the tabular preset's GMM for 1, 8 and 32 runs: scikit-learn on one CPU thread vs the torch engine's batched
 #       fit on the GPU (benchmarks/bench_gmm_full.py, ≤ 60 s)
+#     - an evaluation's detection metrics for 1, 8 and 32 runs: NumPy on the host vs where the scores are, on the
+#       GPU (benchmarks/bench_metrics.py, ≤ 20 s)
 #     - Fashion-MNIST GCA R = 10 on the GPU (FM_GPU_S s at most)
 #     - the 25-file bench on the GPU from 4 processes of 4 stacks each (BENCH_S s)
 #     - Fashion-MNIST GCA on 16 CPU threads (FM_CPU_S s: the rounds and epochs it reaches)
@@ -38,7 +40,7 @@ BENCH_S=${BENCH_S:-70}
 INPROC_S=${INPROC_S:-40}
 GRID_S=${GRID_S:-40}
 GPU_GRID_S=${GPU_GRID_S:-60}
-FM_GPU_S=${FM_GPU_S:-170}
+FM_GPU_S=${FM_GPU_S:-150}
 FM_CPU_S=${FM_CPU_S:-90}
 CORES=${CORES:-16}
 GPU=${GPU:-cuda}  # GPU=cpu: a smoke test of the script itself on a machine without one
@@ -134,6 +136,8 @@ if [ "$PART" = tabular ]; then
 elif [ "$PART" = vision ]; then
     say "the tabular GMM (full, K = 80, magic's 2,472 codes): scikit-learn one run after another vs the torch engine's batch"
     timeout 60 $PY benchmarks/bench_gmm_full.py --device "$GPU" --runs 1 8 32 --repeat 2 2>&1 | grep -v "^USDT"
+    say "an evaluation's detection metrics (magic's 10 clients × 13,376 test rows): NumPy on the host vs on the GPU"
+    timeout 20 $PY benchmarks/bench_metrics.py --device "$GPU" --runs 1 8 32 2>&1 | grep -v "^USDT"
 
     say "Fashion-MNIST GCA, R = 10, on the GPU (at most $FM_GPU_S s)"
     rm -rf "$WORK/fmnist_$GPU"

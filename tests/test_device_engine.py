@@ -142,6 +142,11 @@ def test_a_checkpoint_resumes_to_the_same_numbers(device_engine):
         assert torch.equal(kept.params[k], resumed.params[k])
 
 
+_VIEW_OPS = ("aten::slice", "aten::expand", "aten::view", "aten::alias", "aten::unsqueeze", "aten::as_strided",
+             "aten::narrow")
+_VIEWS = collections.Counter({name: 1 << 30 for name in _VIEW_OPS})  # subtracted: drops every view call
+
+
 def _aten_calls(fn) -> collections.Counter:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
@@ -150,10 +155,11 @@ def _aten_calls(fn) -> collections.Counter:
 
 def test_operator_calls_per_step_and_per_evaluation_do_not_grow_with_the_stack(device_engine):
     """The same operator calls, name by name, for one training epoch (4 mini-batch steps, step counts drifted
-    apart by unequal shards) and for one evaluation (the shared test rows, and each client's own rows), with
+    apart by unequal shards) and for one evaluation (the shared test rows, each client's own rows, and a whole
+    evaluation: thresholds, test scores and detection metrics), with
     S = 1, 8 and 64 clients on the axis. The CPU's fused step and one-model scoring grow with S (the baseline
     printed for comparison)."""
-    test_rows = torch.randn(1000, D)
+    test_rows, labels = torch.randn(1000, D), np.arange(1000) % 7 == 0
     counts = {}
     for s in (1, 8, 64):
         ids = list(range(s))
@@ -163,9 +169,11 @@ def test_operator_calls_per_step_and_per_evaluation_do_not_grow_with_the_stack(d
         train = _aten_calls(lambda: _epoch(models, shards, ids, 1))
         shared = _aten_calls(lambda: metrics.shared_scores(models, test_rows))
         own = _aten_calls(lambda: metrics.shard_scores(models, shards))
-        counts[s] = (train, shared, own)
+        # views launch nothing, and torch.cat's internals take one more for one client than for more
+        evaluation = _aten_calls(lambda: metrics.evaluate_clients(models, shards, test_rows, labels, 0.75)) - _VIEWS
+        counts[s] = (train, shared, own, evaluation)
         print(f"S = {s}: {sum(train.values())} calls per epoch, {sum(shared.values())} per shared scoring, "
-              f"{sum(own.values())} per own-rows scoring")
+              f"{sum(own.values())} per own-rows scoring, {sum(evaluation.values())} per evaluation")
     assert counts[1] == counts[8] == counts[64]
 
 
@@ -219,6 +227,59 @@ def test_the_runs_scorings_are_one_pass_with_each_runs_numbers(device_engine):
         assert np.array_equal(got_test, test), i
 
 
+def _evaluate(models, shards, x, y, one_model=False) -> dict:
+    res = metrics.evaluate_clients(models, shards, x, y, 0.75, one_model=one_model)
+    return {k: res[k] for k in ("accuracy", "auroc", "auprc", "per_client", "thresholds")}
+
+
+def test_the_runs_test_metrics_are_one_computation_with_each_runs_figures(device_engine, monkeypatch):
+    """Six runs' evaluations through one broker: each run's test metrics computed where its scores are, with the
+    other runs' of the same test-set size as one computation (one of them a one-model run, whose single scoring
+    serves each client's τ), and each run's figures bit for bit those it computes alone. Against the host's
+    ``detection_metrics`` on the same scores: accuracy and AUROC bit for bit, AUPRC to 1e-14."""
+    import threading
+
+    rng = np.random.default_rng(5)
+    runs = []
+    for r in range(6):
+        models = _stack(range(10 * r, 10 * r + 2 + r % 3))
+        m = 700 if r < 4 else 900
+        x = torch.randn(m, D)
+        y = rng.random(m) < 0.3
+        x[torch.from_numpy(y)] *= 2.0  # anomalies: larger rows score higher
+        runs.append((models, _shards([40 + 7 * i + r for i in range(models.num_clients)], seed=r), x, y, r == 3))
+    alone = [_evaluate(*run) for run in runs]
+    groups = []
+    of_many = metrics.RowMetrics.of_many
+    monkeypatch.setattr(metrics.RowMetrics, "of_many",
+                        staticmethod(lambda thens, scores: groups.append(len(thens)) or of_many(thens, scores)))
+    broker = EpochBroker(len(runs))
+    together: dict[int, dict] = {}
+
+    def one(i):
+        broker.attach(runs[i][0])
+        try:
+            together[i] = _evaluate(*runs[i])
+        finally:
+            broker.leave()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(runs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(groups) == [2, 4], groups  # the 700-row and the 900-row test sets: one computation each
+    for i, (models, shards, x, y, one_model) in enumerate(runs):
+        assert together[i] == alone[i], i
+        scorer = models.slot_view(0) if one_model else models
+        host = metrics.detection_metrics(metrics.to_numpy(metrics._scores_at_once(scorer, x)), y,
+                                         np.array(alone[i]["thresholds"]))["per_client"]
+        got = alone[i]["per_client"]
+        assert got["accuracy"] == host["accuracy"] and got["auroc"] == host["auroc"], i
+        np.testing.assert_allclose(got["auprc"], host["auprc"], rtol=0, atol=1e-14)
+        assert len(got["auroc"]) == models.num_clients
+
+
 def test_a_failed_stacked_scoring_fails_only_the_run_that_fails_alone(device_engine):
     """A scoring of many runs that fails as a whole is computed run by run: the run whose own scoring fails gets
     the error, the others their scores as alone."""
@@ -266,7 +327,7 @@ def test_a_stacked_scoring_grows_by_one_copy_per_run():
     64): per run one copy (its rows into the padded block) and views; the scoring's own calls stay the same."""
     from fedgca.training.lockstep import _ScoreRequest
 
-    views = {"aten::slice", "aten::expand", "aten::view", "aten::alias", "aten::unsqueeze", "aten::as_strided"}
+    views = set(_VIEW_OPS)
 
     def calls(count):
         reqs = [_ScoreRequest(m, x, metrics._scores_at_once) for m, _, x in _scoring_runs(count)]
@@ -308,6 +369,22 @@ def test_no_host_read_inside_an_epoch(device_engine):
         reads[rows] = mode.calls
     assert reads[100] == reads[800], reads
     assert sum(reads[800].values()) <= 2, reads
+
+
+def test_an_evaluation_reads_back_as_often_for_more_clients(device_engine):
+    """A whole evaluation (each client's own rows for τ, the test rows and their metrics) reads back the same
+    few times for 2 clients as for 16: its own rows' scores once, the test metrics once (not the test scores)."""
+    reads = {}
+    x, y = torch.randn(900, D), np.arange(900) % 5 == 0
+    for s in (2, 16):
+        models, shards = _stack(range(s)), _shards([60 + i for i in range(s)])
+        with _HostReads() as mode:
+            metrics.evaluate_clients(models, shards, x, y, 0.75)
+        reads[s] = mode.calls
+    assert reads[2] == reads[16], reads
+    # the own rows' scores (.cpu, .numpy); the test metrics (.cpu in RowMetrics.of_many), then to_numpy of that
+    # host tensor (its .cpu a no-op, .numpy)
+    assert reads[16] == {"cpu": 3, "numpy": 2}, reads
 
 
 def test_scores_of_every_client_at_once_match_client_by_client(device_engine):

@@ -149,3 +149,59 @@ def test_a_thresholds_flag_rate_from_few_rows_matches_brute_force(n):
     assert abs((1 - tau).mean() - mean) < 0.002 and abs((1 - tau).std() - sd) < 0.002
     assert f"about {100 * mean:.0f} %" in few_threshold_rows([n, 50], 0.75)
     assert few_threshold_rows([FEW_THRESHOLD_ROWS, 99]) is None
+
+
+@pytest.mark.parametrize("decimals", [None, 2, 0])
+def test_metrics_computed_where_the_scores_are_equal_the_hosts(decimals):
+    """``detection_metrics_rows`` (the device engine's, in torch) against ``detection_metrics`` on the same
+    float32 scores: accuracy and AUROC bit for bit, AUPRC to 1e-14 (the same terms summed in another order), both
+    against scikit-learn; rows with tie groups at the top and the bottom, a diverged (NaN) client; and a row's
+    figures the same alone as among the others."""
+    import torch
+
+    from fedgca.evaluation.metrics import detection_metrics_rows
+
+    rng = np.random.default_rng(3)
+    m = 2_345
+    y = rng.random(m) < 0.2
+    scores = (rng.random((6, m)) + 0.4 * y).astype(np.float32)
+    if decimals is not None:
+        scores = np.round(scores, decimals)
+    scores[1, :60], scores[2, :60] = scores[1].max(), scores[2].min()
+    scores[3, 17] = np.nan
+    thresholds = quantile_thresholds(list(scores[:, :500]), 0.75)
+    host = detection_metrics(scores, y, thresholds)["per_client"]
+    rows = detection_metrics_rows(torch.from_numpy(scores), torch.from_numpy(y).expand(6, m),
+                                  torch.from_numpy(thresholds)).numpy()
+    assert np.array_equal(rows[:, 0], host["accuracy"])
+    assert np.array_equal(rows[:, 1], host["auroc"], equal_nan=True)
+    np.testing.assert_allclose(rows[:, 2], host["auprc"], rtol=0, atol=1e-14)
+    assert np.isnan(rows[3, 1:]).all() and not np.isnan(rows[3, 0])
+    for c in (0, 1, 2, 4, 5):
+        assert rows[c, 1] == pytest.approx(roc_auc_score(y, scores[c]), abs=1e-12)
+        assert rows[c, 2] == pytest.approx(average_precision_score(y, scores[c]), abs=1e-12)
+        alone = detection_metrics_rows(torch.from_numpy(scores[c : c + 1]), torch.from_numpy(y)[None],
+                                       torch.from_numpy(thresholds[c : c + 1])).numpy()
+        assert np.array_equal(alone[0], rows[c])
+
+
+def test_many_scorings_metrics_in_blocks_of_clients_are_the_same(monkeypatch):
+    """``RowMetrics.of_many`` (the device engine's metrics of many runs' scorings at once, one of them a one-model
+    scoring serving three clients' τ) gives the same figures in one block as in blocks of one client (the memory
+    budget), bit for bit; each run's rows come back in its own order."""
+    import torch
+
+    from fedgca.evaluation import metrics
+
+    rng = np.random.default_rng(4)
+    y = torch.from_numpy(rng.random(400) < 0.25)
+    scores = [torch.rand(2, 400), torch.rand(1, 400), torch.rand(4, 400)]
+    thens = [metrics.RowMetrics(y, torch.rand(n, dtype=torch.float64)) for n in (2, 3, 4)]
+    whole = metrics.RowMetrics.of_many(thens, scores)
+    monkeypatch.setattr(metrics, "METRICS_PASS_BYTES", 1)
+    blocks = metrics.RowMetrics.of_many(thens, scores)
+    assert [tuple(w.shape) for w in whole] == [(2, 3), (3, 3), (4, 3)]
+    assert all(torch.equal(a, b) for a, b in zip(whole, blocks))
+    assert torch.equal(whole[1][:, 1], whole[1][0, 1].expand(3))  # one model: one AUROC for each client
+    for then, s, w in zip(thens, scores, whole):
+        assert torch.equal(then(s), w)

@@ -249,12 +249,15 @@ def test_killed_sweep_resumes_with_each_run_exactly_once(tmp_path, data_dir, cap
 
     rc, err, workers = start_and_kill(signal.SIGTERM, 0)
     # "after N of 3": the runs this invocation recorded (a signal may land between a worker's ledger line and it)
-    assert rc == 143 and re.search(r"stopped \(SIGTERM\) after [01] of 3 run\(s\) finished", err), err
+    stopped = re.search(r"stopped \(SIGTERM\) after ([012]) of 3 run\(s\) finished", err)
+    assert rc == 143 and stopped, err
     assert "run the same command again to resume" in err and "leaked" not in err and "Traceback" not in err, err
     time.sleep(0.5)
     assert not [p for p in workers if running(p)], "workers left running"
-    assert [e["event"] for e in _events(root)].count("finished") == 1
-    start_and_kill(signal.SIGKILL, 1)
+    # on a loaded machine the 1- and 3-round runs can finish within one poll of each other: one or two recorded
+    finished = [e["event"] for e in _events(root)].count("finished")
+    assert finished in (1, 2) and int(stopped.group(1)) <= finished
+    start_and_kill(signal.SIGKILL, 1)  # after the second run (at once if it finished already): the third unfinished
     assert [e["event"] for e in _events(root)].count("finished") == 2
 
     from fedgca.cli.main import main

@@ -1,6 +1,8 @@
 """Scores, per-client thresholds and detection metrics (SPEC §5), for all clients in one pass."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -16,6 +18,9 @@ TABULAR_PASS_ROWS = 512  # the MLP's [256, rows] activations stay in L2 (512 KiB
 IMAGE_PASS_ROWS = 256  # the conv AE: 256 images per pass ran 25-45 % faster than 1,024 or 4,096
 # The device engine scores every client at once; its widest activations [C, width, rows] stay under this
 DEVICE_PASS_BYTES = 1 << 30
+# ... and computes their detection metrics where they are, in blocks of clients whose temporaries stay under this
+METRICS_PASS_BYTES = 1 << 30
+_METRICS_BYTES_PER_SCORE = 96  # detection_metrics_rows' live temporaries per score: a dozen 8-byte ones
 
 
 def chunk_rows(row_shape) -> int:
@@ -46,13 +51,40 @@ def _all_at_once(clients: StackedModels) -> bool:
     return clients.device_engine and clients.hand_backward
 
 
-def _stacked_scores(clients: StackedModels, x: Tensor) -> Tensor:
+def _stacked_scores(clients: StackedModels, x: Tensor, then: "RowMetrics | None" = None) -> Tensor:
     """s(x) of every client's model at once: x [M, d] (the same rows for every client) or [C, M, d] (each
-    client's own) → [C, M]. Under the batched engine's broker, with the other runs' scorings (one pass, one read
-    back: the scores come back on the host); else ``_scores_at_once``."""
+    client's own) → [C, M], or what ``then`` computes from them before they are read back. Under the batched
+    engine's broker, with the other runs' scorings (one pass, one read back: the result comes back on the host);
+    else ``_scores_at_once``."""
     if clients.broker is not None:
-        return clients.broker.scores(clients, x, _scores_at_once)
-    return _scores_at_once(clients, x)
+        return clients.broker.scores(clients, x, _scores_at_once, then)
+    scores = _scores_at_once(clients, x)
+    return scores if then is None else then(scores)
+
+
+@dataclass(frozen=True)
+class RowMetrics:
+    """The device engine's test metrics, computed where the scores are, before the one read back: each
+    client's accuracy, AUROC and AUPRC (``detection_metrics_rows``) — n clients' thresholds on a scoring of n
+    models, or of one model that every client deploys (its scores then serve every τ)."""
+
+    y: Tensor  # [M] bool: the test rows' labels
+    thresholds: Tensor  # [n] float64: each client's τ
+
+    def __call__(self, scores: Tensor) -> Tensor:
+        return RowMetrics.of_many([self], [scores])[0]
+
+    @staticmethod
+    def of_many(requests: list["RowMetrics"], scores: list[Tensor]) -> list[Tensor]:
+        """Many scorings' metrics as one computation, each [n_i, 3] on the host (one read back); every scoring
+        has the same number of rows (the broker groups them so)."""
+        rows = [s.expand(len(r.thresholds), -1) for r, s in zip(requests, scores)]
+        x, y = torch.cat(rows), torch.cat([r.y.expand_as(s) for r, s in zip(requests, rows)])
+        thresholds = torch.cat([r.thresholds for r in requests])
+        step = max(1, METRICS_PASS_BYTES // (_METRICS_BYTES_PER_SCORE * x.shape[1]))  # rows are independent
+        out = torch.cat([detection_metrics_rows(x[i : i + step], y[i : i + step], thresholds[i : i + step])
+                         for i in range(0, len(x), step)])
+        return list(out.cpu().split([len(r.thresholds) for r in requests]))
 
 
 def _scores_at_once(clients: StackedModels, x: Tensor) -> Tensor:
@@ -108,14 +140,54 @@ def detection_metrics(test_scores: np.ndarray, test_y: np.ndarray, thresholds: n
     safe = np.where(finite[:, None], scores, 0.0)
     n = len(thresholds)
     order = np.argsort(safe, axis=1)  # one unstable sort serves both ranking metrics (see _descending)
-    per_client = {
+    return _summarised({
         "accuracy": ((scores > thresholds[:, None]) == y).mean(axis=1),
         "auroc": np.broadcast_to(np.where(finite, auroc_rows(safe, y, order), np.nan), (n,)),
         "auprc": np.broadcast_to(np.where(finite, average_precision_rows(safe, y, order), np.nan), (n,)),
-    }
+    })
+
+
+def _summarised(per_client: dict[str, np.ndarray]) -> dict:
+    """``detection_metrics``' result: the mean over clients of each metric, and the clients' own."""
     summary = {k: float(np.mean(v)) for k, v in per_client.items()}
     summary["per_client"] = {k: v.tolist() for k, v in per_client.items()}
     return summary
+
+
+_ROW_METRICS = ("accuracy", "auroc", "auprc")  # detection_metrics_rows' columns
+
+
+def detection_metrics_rows(scores: Tensor, y: Tensor, thresholds: Tensor) -> Tensor:
+    """``detection_metrics`` where the scores are (the device engine's evaluation), one row per client:
+    scores [C, M], labels y [C, M] (bool), thresholds [C] → [C, 3] float64: accuracy, AUROC, AUPRC.
+
+    Fixed shapes and no read back, so the metrics of many runs' clients are one computation (the batched
+    engine's broker) and each row's figures do not depend on the others. One sort per row. Accuracy (a count)
+    and AUROC (a sum of mid-ranks, half-integers: exact in any order) equal ``detection_metrics``' bit for
+    bit; AUPRC sums the same terms in another order, so equals it to float64 rounding (tests/test_metrics.py).
+    """
+    s = scores.to(torch.float64)
+    m = s.shape[1]
+    finite = torch.isfinite(s).all(1)
+    srt, order = torch.sort(torch.where(finite[:, None], s, 0.0), dim=1)
+    pos = torch.gather(y, 1, order).to(torch.float64)
+    idx = torch.arange(m, device=s.device).expand_as(srt)
+    first = torch.ones_like(srt, dtype=torch.bool)  # the element opens a tie group
+    first[:, 1:] = srt[:, 1:] != srt[:, :-1]
+    last = torch.ones_like(first)  # ... closes one
+    last[:, :-1] = first[:, 1:]
+    start = torch.where(first, idx, 0).cummax(1).values  # its group's first index
+    end = torch.where(last, idx + 1, m).flip(1).cummin(1).values.flip(1)  # one past its group's last
+    n_pos = pos.sum(1)
+    rank_sum = ((start + end + 1).to(torch.float64) / 2 * pos).sum(1)  # mid-ranks, as _mid_ranks
+    auroc = (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * (m - n_pos))
+    # a positive is credited with the precision at its group's threshold: the positives scoring at least as
+    # high over the rows that do (average_precision_rows' group_precision, the same integer ratio)
+    tp = n_pos[:, None] - torch.gather(torch.cumsum(pos, 1) - pos, 1, start)
+    auprc = (tp / (m - start) * pos).sum(1) / n_pos.clamp(min=1)
+    accuracy = ((s > thresholds[:, None]) == y).sum(1).to(torch.float64) / m
+    nan = torch.full_like(auroc, float("nan"))
+    return torch.stack([accuracy, torch.where(finite, auroc, nan), torch.where(finite, auprc, nan)], 1)
 
 
 def auroc_rows(scores: np.ndarray, y: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
@@ -201,7 +273,14 @@ def evaluate_clients(
         threshold_scores = val
     thresholds = quantile_thresholds(train if threshold_scores is None else threshold_scores, q)
     scorer = clients.slot_view(0) if one_model else clients
-    result = detection_metrics(to_numpy(shared_scores(scorer, test_x)), test_y, thresholds)
+    if _all_at_once(scorer):  # the test set's metrics computed where it was scored: [n, 3] read back, not [C, M]
+        then = RowMetrics(torch.as_tensor(np.asarray(test_y).astype(bool), device=test_x.device),
+                          torch.as_tensor(thresholds, dtype=torch.float64, device=test_x.device))
+        with torch.no_grad():
+            rows = to_numpy(_stacked_scores(scorer, test_x, then))
+        result = _summarised({k: np.ascontiguousarray(rows[:, j]) for j, k in enumerate(_ROW_METRICS)})
+    else:
+        result = detection_metrics(to_numpy(shared_scores(scorer, test_x)), test_y, thresholds)
     result["per_client"]["train_error"] = [float(s.mean()) for s in train]
     result["train_error"] = mean_error(result["per_client"]["train_error"])
     result["thresholds"] = thresholds.tolist()

@@ -15,7 +15,9 @@ batched computation (``GMMBackend.batch_key``: the device engine's full-covarian
 shape) wait with the epochs and are fitted as one (``GMMBackend.fit_batch``), each to the numbers it gives
 alone; any other fit (scikit-learn's, on a CPU) runs in its run's own thread, as without the broker. So does
 the device engine's scoring (``scores``, from ``evaluation.metrics``): the runs' models on one client axis, their
-rows padded to one block, one forward pass and one read back to the host for all of them.
+rows padded to one block, one forward pass and one read back to the host for all of them — of the scores, or,
+for the test rows, of what the runs compute from them on the device (their clients' detection metrics, all
+runs' as one computation: ``evaluation.metrics.RowMetrics``).
 
 On a CPU core this buys little (a run there is compute-bound); on a GPU, where fedgca's shapes leave the card
 launch-bound (docs/performance.md), it turns many small launches into few large ones.
@@ -87,6 +89,9 @@ class _ScoreRequest:
     clients: StackedModels
     x: Tensor
     compute: Any  # (models, rows) → scores [C, M]: the scoring function, handed in (evaluation is above training)
+    # None: the scores are the result; else what is computed from them before the read back, for every request
+    # of the group with the same kind and row count at once: ``type(then).of_many(thens, scores)``
+    then: Any = None
     done: bool = False
     result: Tensor | None = None
     error: BaseException | None = None
@@ -151,9 +156,10 @@ class EpochBroker:
         return req.result
 
     # ---- scoring: called by evaluation.metrics in a run's thread (the device engine's scoring) ----
-    def scores(self, clients: StackedModels, x: Tensor, compute) -> Tensor:
-        """``compute(clients, x)`` — scores [C, M], on the host — computed with the other runs' scorings."""
-        req = _ScoreRequest(clients, x, compute)
+    def scores(self, clients: StackedModels, x: Tensor, compute, then=None) -> Tensor:
+        """``compute(clients, x)`` — scores [C, M], on the host — computed with the other runs' scorings; with
+        ``then``, what it computes from the scores (with the other runs' alike: ``then.of_many``)."""
+        req = _ScoreRequest(clients, x, compute, then)
         self._submit(req, clients.broker_owner)
         return req.result
 
@@ -271,9 +277,17 @@ class EpochBroker:
     def _score_into(reqs: list[_ScoreRequest]) -> None:
         counts = [r.clients.num_clients for r in reqs]
         x = reqs[0].x if len(reqs) == 1 else _pad_cat([r.x.expand(n, *r.x.shape[-2:]) for r, n in zip(reqs, counts)])
-        scores = reqs[0].compute(concat_params([r.clients for r in reqs]), x).cpu()
+        scores = reqs[0].compute(concat_params([r.clients for r in reqs]), x)
+        if any(r.then is None for r in reqs):
+            for r, part in zip(reqs, scores.cpu().split(counts)):
+                r.result = part[:, : r.x.shape[-2]] if r.then is None else None
+        reduced: dict[tuple, list] = {}  # the scores' reductions of one kind and row count: one computation
         for r, part in zip(reqs, scores.split(counts)):
-            r.result = part[:, : r.x.shape[-2]]
+            if r.then is not None:
+                reduced.setdefault((type(r.then), r.x.shape[-2]), []).append((r, part[:, : r.x.shape[-2]]))
+        for (kind, _), members in reduced.items():
+            for (r, _), result in zip(members, kind.of_many([r.then for r, _ in members], [p for _, p in members])):
+                r.result = result
 
     def _compute_group(self, reqs: list[_Request]) -> None:
         self.stats["epochs"] += len(reqs)
