@@ -43,7 +43,8 @@ def parts() -> list[tuple[str, object]]:
         ("  scoring, every client at once (the device engine: own and test rows)", metrics._scores_at_once),
         ("  AUROC / AUPRC / accuracy (host)", metrics.detection_metrics),
         ("  AUROC / AUPRC / accuracy where scored (device engine; its read back)", metrics.RowMetrics.of_many),
-        ("checkpoints", rundir.save_checkpoint),
+        ("checkpoints (serialized here, written in the background)", rundir.CheckpointWriter.save),
+        ("  waiting for the previous checkpoint's write", rundir.CheckpointWriter.wait),
         ("metrics.csv rows", rundir.MetricsWriter.write),
         ("the run's end (detectors, summary)", driver.Simulation.finish),
     ]

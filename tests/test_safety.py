@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -172,6 +173,60 @@ def test_manifest_survives_a_kill_between_checkpoint_steps(tmp_path):
     assert rundir.load_tensors(rundir.verify(tmp_path, rundir.CHECKPOINT))["round"] == 1
     assert not list(tmp_path.glob("*.tmp"))
     assert "pending" not in json.loads((tmp_path / rundir.MANIFEST).read_text())["files"]["checkpoint.pt"]
+
+
+def test_checkpoints_written_in_the_background_are_snapshots_in_order(tmp_path):
+    """``CheckpointWriter``: each save is the state at the moment of the call (the run changes its tensors in
+    place while the write goes on), the last one is on disk and verifies after ``wait``, and a failed write is
+    raised in the run's thread, at the next save or at ``wait``."""
+    weights = torch.zeros(1000)
+    writer = rundir.CheckpointWriter(tmp_path)
+    for r in range(3):
+        weights += 2
+        writer.save({"round": r, "weights": weights})
+        weights.mul_(-1)  # the next round's work, while the write may still be under way
+    writer.wait()
+    saved = rundir.load_tensors(rundir.verify(tmp_path, rundir.CHECKPOINT))
+    assert saved["round"] == 2 and torch.equal(saved["weights"], torch.full((1000,), 2.0))  # 2, −2 + 2 = 0, 2
+    assert not list(tmp_path.glob("*.tmp"))
+    assert "pending" not in json.loads((tmp_path / rundir.MANIFEST).read_text())["files"]["checkpoint.pt"]
+    gone = rundir.CheckpointWriter(tmp_path / "removed")  # its directory does not exist: the write fails
+    gone.save({"round": 0})
+    with pytest.raises(FileNotFoundError):
+        gone.wait()
+    gone.wait()  # raised once
+
+
+_SLOW_SECOND_CHECKPOINT = """
+import sys, time
+from fedgca import rundir
+run_dir = sys.argv[1]
+w = rundir.CheckpointWriter(run_dir)
+w.save({"round": 0})
+w.wait()
+write = rundir._HashingWriter.write
+def slow(self, b):
+    print("writing", flush=True)
+    time.sleep(60)
+    return write(self, b)
+rundir._HashingWriter.write = slow
+w.save({"round": 1})
+time.sleep(60)
+"""
+
+
+def test_a_kill_during_a_background_checkpoint_write_leaves_the_previous_one(tmp_path):
+    """A process killed while its background thread writes round 1's checkpoint: round 0's is still there and
+    verifies (the resume recomputes round 1 to the same numbers); the half-written file is only a .tmp, which
+    the next run of the directory deletes."""
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_SECOND_CHECKPOINT, str(tmp_path)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(Path(rundir.__file__).parents[1])})
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert rundir.load_tensors(rundir.verify(tmp_path, rundir.CHECKPOINT)) == {"round": 0}
 
 
 def test_resume_of_a_finished_run_verifies_and_reproduces_it(run_copy, data_dir):

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import pickle
+import threading
 import zipfile
 from pathlib import Path
 
@@ -210,13 +211,17 @@ def save_checkpoint(run_dir, obj, name: str = CHECKPOINT) -> None:
     old and the new file then verify), the file is swapped in, and the entry is
     settled: a kill between any two steps leaves a checkpoint the manifest accepts.
     """
-    run_dir = Path(run_dir)
+    _save_hashed(Path(run_dir), name, lambda f: torch.save(obj, f))
+
+
+def _save_hashed(run_dir: Path, name: str, stream) -> None:
+    """``save_checkpoint``'s steps for a file whose content ``stream(file)`` writes (hashed as it goes)."""
     files = _read_manifest(run_dir)
     writer: list[_HashingWriter] = []
 
     def write(f) -> None:
         writer.append(_HashingWriter(f))
-        torch.save(obj, writer[0])
+        stream(writer[0])
 
     def add_pending() -> None:
         files[name] = {**files.get(name, {}), "pending": writer[0].entry()}
@@ -225,6 +230,46 @@ def save_checkpoint(run_dir, obj, name: str = CHECKPOINT) -> None:
     _atomic(run_dir / name, write, before_replace=add_pending)
     files[name] = files[name]["pending"]
     _write_manifest(run_dir, files)
+
+
+class CheckpointWriter:
+    """A run's checkpoints, written while the run computes its next round (the simulator's runner).
+
+    ``save`` serializes the state at once — a snapshot: the next round may change the tensors in place — and a
+    thread hashes it, writes it, fsyncs it and swaps it in, keeping the manifest right at every moment, as
+    ``save_checkpoint`` does. Hashing, writing and fsync release the interpreter lock: they overlap the run's
+    compute, on a GPU its next round's launches. One write in flight: ``save`` first waits for the previous one.
+    A kill during a write leaves the previous round's checkpoint, which resumes to the same numbers (that round
+    is computed again). ``wait`` waits for the last write and raises its error; the runner calls it before it
+    writes anything else to the manifest, and on any exit.
+    """
+
+    def __init__(self, run_dir, name: str = CHECKPOINT):
+        self.dir, self.name = Path(run_dir), name
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(self, obj) -> None:
+        self.wait()
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        self._thread = threading.Thread(target=self._write, args=(buffer.getbuffer(),),
+                                        name=f"checkpoint {self.dir.name}", daemon=True)
+        self._thread.start()
+
+    def _write(self, data) -> None:
+        try:
+            _save_hashed(self.dir, self.name, lambda f: f.write(data))
+        except BaseException as err:  # noqa: BLE001 — raised in the run's thread by wait()
+            self._error = err
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
 
 
 def verify(run_dir, name: str) -> Path:

@@ -51,13 +51,20 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
 
     bar = _Progress(cfg, sim.start_round, sys.stderr.isatty() if progress is None else progress)
     metrics = rundir.MetricsWriter(out)
+    checkpoints = rundir.CheckpointWriter(out)  # written while the next round computes
     wall = sim.wall_before
-    with bar.logging():  # a warning during the run (a clustering fallback) prints above the bar, not through it
-        for state in sim.rounds(bar.set):
-            wall = state["wall"]
-            metrics.write(state["rows"])
-            rundir.save_checkpoint(out, state)
-            bar.done_round(state["round"], state["rows"][-1])
+    try:
+        with bar.logging():  # a warning during the run (a clustering fallback) prints above the bar, not through it
+            for state in sim.rounds(bar.set):
+                wall = state["wall"]
+                metrics.write(state["rows"])
+                checkpoints.save(state)
+                bar.done_round(state["round"], state["rows"][-1])
+    except BaseException:
+        with contextlib.suppress(Exception):  # the write in flight ends first; this error is the one to report
+            checkpoints.wait()
+        raise
+    checkpoints.wait()  # the last round's on disk (its error raised) before the manifest changes again
 
     summary, names = sim.finish(out, wall)
     if sim.size_note:
