@@ -18,6 +18,7 @@
 #     carry:   [".gpu/whl", ".gpu/data/fashion_mnist", ".gpu/data/adbench"]
 #     - the tabular preset's GMM for 1, 8 and 32 runs: scikit-learn on one CPU thread vs the torch engine's batched
 #       fit on the GPU (benchmarks/bench_gmm_full.py, ≤ 60 s)
+#     - the K-means backend the same way, for 1, 8 and 32 runs (bench_gmm_full.py --backend kmeans, ≤ 30 s)
 #     - an evaluation's detection metrics for 1, 8 and 32 runs: NumPy on the host vs where the scores are, on the
 #       GPU (benchmarks/bench_metrics.py, ≤ 20 s)
 #     - Fashion-MNIST GCA R = 10 on the GPU (FM_GPU_S s at most)
@@ -40,8 +41,8 @@ BENCH_S=${BENCH_S:-70}
 INPROC_S=${INPROC_S:-40}
 GRID_S=${GRID_S:-40}
 GPU_GRID_S=${GPU_GRID_S:-60}
-FM_GPU_S=${FM_GPU_S:-150}
-FM_CPU_S=${FM_CPU_S:-90}
+FM_GPU_S=${FM_GPU_S:-140}
+FM_CPU_S=${FM_CPU_S:-75}
 CORES=${CORES:-16}
 GPU=${GPU:-cuda}  # GPU=cpu: a smoke test of the script itself on a machine without one
 GPU_STACKS=${GPU_STACKS:-8}  # the batched engine's stacks at once, each on its own CUDA stream (not yet tuned)
@@ -136,6 +137,8 @@ if [ "$PART" = tabular ]; then
 elif [ "$PART" = vision ]; then
     say "the tabular GMM (full, K = 80, magic's 2,472 codes): scikit-learn one run after another vs the torch engine's batch"
     timeout 60 $PY benchmarks/bench_gmm_full.py --device "$GPU" --runs 1 8 32 --repeat 2 2>&1 | grep -v "^USDT"
+    say "the K-means backend (10 inits, K = 80, magic's shape): scikit-learn one run after another vs the torch engine's batch"
+    timeout 30 $PY benchmarks/bench_gmm_full.py --backend kmeans --device "$GPU" --runs 1 8 32 --repeat 1 2>&1 | grep -v "^USDT"
     say "an evaluation's detection metrics (magic's 10 clients × 13,376 test rows): NumPy on the host vs on the GPU"
     timeout 20 $PY benchmarks/bench_metrics.py --device "$GPU" --runs 1 8 32 2>&1 | grep -v "^USDT"
 

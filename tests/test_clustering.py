@@ -204,6 +204,103 @@ def test_full_fit_operator_calls_do_not_grow_with_the_batch():
     assert one["aten::is_nonzero"] == 8 // CHECK_EVERY  # ``bool(active.any())``: the only read inside the EM
 
 
+# --- K-means (torch engine: the device engine's server) --------------------------------------------
+@pytest.mark.parametrize("n,d,k,rounded", [(300, 3, 3, False), (900, 8, 10, True), (2472, 16, 80, False),
+                                           (120, 2, 40, False)])
+def test_torch_kmeans_is_sklearns(n, d, k, rounded):
+    """Step for step scikit-learn's KMeans (10 inits of k-means++ and Lloyd): the same labels, iterations and
+    chosen init; centres and inertia to float64 rounding; the backend's counts the cluster sizes of predict."""
+    Z = blobs(n=n, d=d, centres=k, seed=n)
+    if rounded:
+        Z = np.round(Z, 1)  # duplicated codes
+    ours = KMeansBackend(k, random_state=7, engine="torch").fit(Z)
+    ref = KMeans(k, n_init=10, random_state=7).fit(Z)
+    assert ours.engine_ == "torch" and ours.n_iter_ == ref.n_iter_
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    np.testing.assert_allclose(ours.centroids_, ref.cluster_centers_, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ours.inertia_, ref.inertia_, rtol=1e-12)
+    np.testing.assert_array_equal(ours.counts_, np.bincount(ref.predict(Z), minlength=k))
+
+
+@pytest.mark.parametrize("empty", [1, 2])
+def test_torch_lloyd_moves_empty_clusters_as_sklearn(empty):
+    """Initial centres far from every code leave clusters empty after the first E-step: each takes the code
+    farthest from its centre (``_relocate_empty_clusters_dense``), to scikit-learn's labels, iterations and
+    centres."""
+    import torch
+
+    from fedgca.protocol.clustering.kmeans_torch import _lloyd
+
+    rng = np.random.default_rng(empty)
+    Z = blobs(n=400, d=3, centres=6, seed=empty)
+    init = Z[rng.choice(len(Z), 6, replace=False)].copy()
+    init[:empty] = 100.0 + np.arange(empty)[:, None]
+    ref = KMeans(6, init=init, n_init=1).fit(Z)
+    mean = Z.mean(0)
+    tol = torch.tensor([np.mean(np.var(Z, axis=0)) * 1e-4], dtype=torch.float64)
+    labels, _, centres, n_iter = _lloyd(torch.as_tensor(Z - mean)[None], torch.as_tensor(init - mean)[None, None],
+                                        tol, 300)
+    assert int(n_iter[0, 0]) == ref.n_iter_ and np.array_equal(labels[0, 0].numpy(), ref.labels_)
+    np.testing.assert_allclose(centres[0, 0].numpy() + mean, ref.cluster_centers_, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_kmeans_fit_gives_the_same_numbers_alone_or_in_a_batch(threads):
+    """Runs of one shape fitted as one batch (the broker's ``fit_batch``): each run's K-means bit for bit its fit
+    alone; a memory budget of one run per batch changes nothing; too few codes is each fit's own error."""
+    import torch
+
+    from fedgca.protocol.clustering.kmeans_torch import fit_kmeans_torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        Zs = [blobs(n=500, d=5, centres=8, seed=s) for s in range(4)]
+        alone = [KMeansBackend(8, random_state=20 + i, engine="torch").fit(Z) for i, Z in enumerate(Zs)]
+        for batch in ([0, 1, 2, 3], [3, 0], [2]):
+            models = [KMeansBackend(8, random_state=20 + i, engine="torch") for i in batch]
+            assert len({m.batch_key(Zs[i]) for m, i in zip(models, batch)}) == 1
+            assert KMeansBackend.fit_batch(models, [Zs[i] for i in batch]) == [None] * len(batch)
+            for m, i in zip(models, batch):
+                a = alone[i]
+                assert (m.n_iter_, m.inertia_) == (a.n_iter_, a.inertia_)
+                for name in ("centroids_", "labels_", "counts_"):
+                    np.testing.assert_array_equal(getattr(m, name), getattr(a, name), err_msg=name)
+        one_by_one = fit_kmeans_torch(Zs[:2], 8, random_states=[20, 21], max_batch_bytes=1)
+        for out, a in zip(one_by_one, alone):
+            np.testing.assert_array_equal(out["cluster_centers"], a.centroids_)
+        errors = KMeansBackend.fit_batch([KMeansBackend(8, engine="torch"), KMeansBackend(8, engine="torch")],
+                                         [Zs[0][:5], Zs[1][:5]])
+        assert all(isinstance(e, ValueError) and "n_clusters=8" in str(e) for e in errors)
+        assert KMeansBackend(8).batch_key(Zs[0]) is None  # scikit-learn's engine: fitted in the run's thread
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_kmeans_operator_calls_do_not_grow_with_the_batch():
+    """The torch K-means' top-level operator calls for 1, 8 and 64 runs (``max_iter`` = ``CHECK_EVERY``: the
+    batch iterates that often whichever inits stop earlier, frozen), name by name the same; the host reads one
+    value per ``CHECK_EVERY`` iterations."""
+    import collections
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from fedgca.protocol.clustering.kmeans_torch import CHECK_EVERY
+
+    def calls(runs):
+        models = [KMeansBackend(6, random_state=i, max_iter=CHECK_EVERY, engine="torch") for i in range(runs)]
+        Zs = [blobs(n=300, d=4, centres=30, seed=i) for i in range(runs)]
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            KMeansBackend.fit_batch(models, Zs)
+        assert max(m.n_iter_ for m in models) == CHECK_EVERY
+        return collections.Counter(e.name for e in prof.events()
+                                   if e.name.startswith("aten::") and e.cpu_parent is None)
+
+    one, eight, many = calls(1), calls(8), calls(64)
+    assert one == eight == many
+    assert one["aten::is_nonzero"] == 1
+
+
 def test_torch_engine_covariance_types_and_the_auto_rule():
     assert GMMBackend(3, covariance_type="full")._resolve_engine() == "sklearn"  # CPU fits stay scikit-learn's
     assert GMMBackend(3, covariance_type="full", engine="torch")._resolve_engine() == "torch"

@@ -405,24 +405,28 @@ def test_scores_of_every_client_at_once_match_client_by_client(device_engine):
 def _runs() -> list[RunConfig]:
     base = dict(dataset="academic", rounds=2, recon_epochs=2, align_epochs=2, local_epochs=2, k=10,
                 val_fraction=0.2, threshold="val-quantile")
-    return [sweep.canonical(RunConfig(**base, method=m, seed=s)) for m, s in
-            [("gca", 100), ("gca", 200), ("fedavg", 100), ("single", 100)]]
+    return [sweep.canonical(RunConfig(**base, method=m, seed=s, backend=b)) for m, s, b in
+            [("gca", 100, "gmm"), ("gca", 200, "gmm"), ("fedavg", 100, "gmm"), ("single", 100, "gmm"),
+             ("gca", 100, "kmeans")]]
 
 
 def test_runs_under_the_device_engine_stack_as_they_run_alone_and_agree_with_the_cpu(device_engine, tmp_path,
                                                                                      data_dir, monkeypatch):
-    """Four runs through the batched executor and one after another, both under the device engine: every
+    """Five runs through the batched executor and one after another, both under the device engine: every
     metrics row and comm record the same, bit for bit — the two GCA runs' clustering fitted as one batch in
     the stack (the torch full-covariance GMM) and the runs' evaluations scored as one, each alone one after
-    another. Against the CPU engine (another Adam
-    rounding, scores of all clients at once, scikit-learn's GMM): the final AUROC within 0.5 pp, run for run."""
-    from fedgca.protocol.clustering import GMMBackend
+    another; a fifth run clusters with K-means (the torch engine). Against the CPU engine (another Adam rounding,
+    scores of all clients at once, scikit-learn's GMM and K-means): the final AUROC within 0.5 pp, run for run."""
+    from fedgca.protocol.clustering import GMMBackend, KMeansBackend
     from fedgca.training import lockstep
 
-    batches, scorings = [], []
+    batches, scorings, kmeans = [], [], []
     fit_batch, score_into = GMMBackend.fit_batch, lockstep.EpochBroker._score_into
+    kmeans_batch = KMeansBackend.fit_batch
     monkeypatch.setattr(GMMBackend, "fit_batch",
                         staticmethod(lambda models, Zs: batches.append(len(models)) or fit_batch(models, Zs)))
+    monkeypatch.setattr(KMeansBackend, "fit_batch",
+                        staticmethod(lambda models, Zs: kmeans.append(len(models)) or kmeans_batch(models, Zs)))
     monkeypatch.setattr(lockstep.EpochBroker, "_score_into",
                         staticmethod(lambda reqs: scorings.append(len(reqs)) or score_into(reqs)))
     configs = _runs()
@@ -430,7 +434,8 @@ def test_runs_under_the_device_engine_stack_as_they_run_alone_and_agree_with_the
     assert batches == [1] * 4  # 2 GCA runs × 2 rounds, each fit alone
     stacked_runs = sweep.run_sweep(configs, tmp_path / "stacked", executor=Batched(), data_dir=data_dir)
     assert batches[4:] == [2, 2]  # both runs' fits as one, every round
-    assert max(scorings) == len(configs)  # evaluations of all four runs scored as one
+    assert kmeans == [1] * 4  # the K-means run's server: the torch engine, 2 rounds alone and 2 in the stack
+    assert max(scorings) == len(configs)  # evaluations of all five runs scored as one
     assert alone["finished"] == stacked_runs["finished"] == len(configs)
     for cfg in configs:
         a, b = sweep.run_dir(tmp_path / "alone", cfg), sweep.run_dir(tmp_path / "stacked", cfg)
@@ -546,3 +551,21 @@ def test_the_full_covariance_gmm_on_the_gpu_is_the_cpus():
         np.testing.assert_allclose(m.means_, cpu.means_, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(m.means_, ref.means_, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(m.counts_, ref.predict_proba(Z).sum(0), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kmeans_on_the_gpu_is_the_cpus_and_sklearns():
+    """The device engine's K-means backend on CUDA (float64, batched over 3 runs) against scikit-learn's KMeans:
+    the same labels and iterations, centres to 1e-9."""
+    from sklearn.cluster import KMeans
+
+    from fedgca.protocol.clustering import KMeansBackend
+
+    rng = np.random.default_rng(1)
+    Zs = [rng.normal(scale=3.0, size=(20, 6))[rng.integers(0, 20, 900)] + rng.normal(size=(900, 6)) for _ in range(3)]
+    gpu = [KMeansBackend(20, random_state=i, engine="torch", device="cuda") for i in range(3)]
+    assert KMeansBackend.fit_batch(gpu, Zs) == [None, None, None]
+    for i, (m, Z) in enumerate(zip(gpu, Zs)):
+        ref = KMeans(20, n_init=10, random_state=i).fit(Z)
+        assert m.n_iter_ == ref.n_iter_ and np.array_equal(m.labels_, ref.labels_)
+        np.testing.assert_allclose(m.centroids_, ref.cluster_centers_, rtol=0, atol=1e-9)

@@ -39,17 +39,23 @@ def gca_config(cfg, kind: str, dp: dp_protocol.RecordDP | None = None) -> GCACon
         cluster_preset="tabular" if kind == "tabular" else "vision",
         gamma=cfg.gamma, w_max=cfg.w_max, eps=cfg.weight_eps, uniform_weights=cfg.weights == "uniform",
         warm_start=cfg.gmm_warm_start,
-        cluster_options=_gmm_options(cfg) if cfg.backend == "gmm" else {},
+        cluster_options=_cluster_options(cfg),
     )
 
 
-def _gmm_options(cfg) -> dict:
-    """The GMM's torch engine (the vision preset's 100 batched inits) fits on the run's device; so does the
-    tabular preset's full-covariance GMM under the device engine (``stacked.device_engine``), where the server
-    would otherwise fit on the host every round while the device waits. Elsewhere scikit-learn's engine (the
-    tabular GMM; the K-means backends) fits on the CPU: the CPU's numbers are scikit-learn's own."""
+def _cluster_options(cfg) -> dict:
+    """The GMM's torch engine (the vision preset's 100 batched inits) fits on the run's device; so do the tabular
+    preset's full-covariance GMM and K-means under the device engine (``stacked.device_engine``), where the server
+    would otherwise fit on the host every round while the device waits. Elsewhere scikit-learn's engines (the
+    tabular GMM, K-means; soft and mini-batch K-means always) fit on the CPU: the CPU's numbers are scikit-learn's
+    own."""
     device = devices.resolve(cfg.device)
-    return {"device": device, **({"engine": "torch"} if stacked.device_engine(device) else {})}
+    on_device = stacked.device_engine(device)
+    if cfg.backend == "gmm":
+        return {"device": device, **({"engine": "torch"} if on_device else {})}
+    if cfg.backend == "kmeans" and on_device:
+        return {"device": device, "engine": "torch"}
+    return {}
 
 
 def alignment_loss(clients: StackedModels, centroids: Tensor, weights: Tensor) -> LossFn:

@@ -11,8 +11,8 @@ computation does not depend on the other clients on the axis, so a run gives the
 would without the broker.
 
 A GCA server's clustering comes to the broker the same way (``clustering``): the fits that can share one
-batched computation (``GMMBackend.batch_key``: the device engine's full-covariance torch GMM, codes of one
-shape) wait with the epochs and are fitted as one (``GMMBackend.fit_batch``), each to the numbers it gives
+batched computation (``batch_key``: the device engine's full-covariance torch GMM and torch K-means, codes of
+one shape) wait with the epochs and are fitted as one (``GMMBackend.fit_batch``), each to the numbers it gives
 alone; any other fit (scikit-learn's, on a CPU) runs in its run's own thread, as without the broker. So does
 the device engine's scoring (``scores``, from ``evaluation.metrics``): the runs' models on one client axis, their
 rows padded to one block, one forward pass and one read back to the host for all of them — of the scores, or,

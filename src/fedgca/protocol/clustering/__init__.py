@@ -19,14 +19,16 @@ all randomness comes from one ``random_state``. Each exposes ``centroids_``
   (``gmm_full``) is the GCA server's GMM under the device engine, batched
   over runs as well (``GMMBackend.fit_batch``).
 - :class:`KMeansBackend`, :class:`MiniBatchKMeansBackend` — scikit-learn,
-  counts = cluster sizes.
+  counts = cluster sizes. K-means also has a torch engine (``kmeans_torch``:
+  scikit-learn's Lloyd step for step, batched over inits and runs), the
+  device engine's.
 - :class:`SoftKMeansBackend` — our own (scikit-learn has none).
 
 :func:`cluster_codes` is the one function the server calls; it validates the
 input, caps K at the number of distinct codes and never lets a collapsed EM
 crash a round (SPEC §1: "fit what is fittable").
 
-Modules: ``base`` (ClusterSummary, the shared ``summary()``), ``kmeans``,
+Modules: ``base`` (ClusterSummary, the shared ``summary()``), ``kmeans``, ``kmeans_torch``,
 ``softkmeans``, ``kmeanspp`` (the torch engines' seeding), ``gmm``,
 ``gmm_full``, and ``fit`` (the presets, the factory and
 :func:`cluster_codes`). Only ``ClusterSummary`` is imported eagerly; everything

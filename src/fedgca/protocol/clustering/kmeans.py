@@ -1,10 +1,13 @@
-"""Hard clustering backends (scikit-learn): K-means and mini-batch K-means; counts are cluster sizes."""
+"""Hard clustering backends: K-means (scikit-learn's, or the torch engine) and mini-batch K-means (scikit-learn's);
+counts are cluster sizes."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 from sklearn.cluster import KMeans, MiniBatchKMeans
 
 from fedgca.protocol.clustering.base import _as_float64, _Backend
+from fedgca.protocol.clustering.kmeans_torch import fit_kmeans_torch
 
 
 def _fit_hard(backend: "_Backend", model, Z) -> "_Backend":
@@ -18,15 +21,61 @@ def _fit_hard(backend: "_Backend", model, Z) -> "_Backend":
 
 
 class KMeansBackend(_Backend):
-    """K-means with ``n_init`` initialisations (SPEC §1: 10); counts = cluster sizes."""
+    """K-means with ``n_init`` initialisations (SPEC §1: 10); counts = cluster sizes.
 
-    def __init__(self, n_clusters: int, n_init: int = 10, max_iter: int = 300, random_state=None):
+    ``engine``: "sklearn" (scikit-learn's KMeans, on the CPU) or "torch" (``kmeans_torch``: the same algorithm,
+    every init in one batched computation on ``device``; the device engine's GCA server uses it:
+    ``training.gca``). Both seed the same initialisations from ``random_state``. A torch fit can share one batched
+    computation with other runs' fits of the same shape (:meth:`batch_key`, :meth:`fit_batch`), with the numbers
+    it gives alone.
+    """
+
+    def __init__(self, n_clusters: int, n_init: int = 10, max_iter: int = 300, random_state=None,
+                 engine: str = "sklearn", device=None):
         self.n_clusters = n_clusters
         self.n_init = n_init
         self.max_iter = max_iter
         self.random_state = random_state
+        self.engine = engine
+        self.device = device
+
+    def _resolve_engine(self) -> str:
+        if self.engine not in ("sklearn", "torch"):
+            raise ValueError(f"unknown K-means engine {self.engine!r}; choose sklearn or torch")
+        return self.engine
+
+    def batch_key(self, Z: np.ndarray):
+        """Fits with equal keys run as one batched computation (:meth:`fit_batch`); None for scikit-learn's."""
+        if self._resolve_engine() != "torch":
+            return None
+        return (type(self), np.shape(Z), self.n_clusters, self.n_init, self.max_iter,
+                str(torch.device(self.device or "cpu")))
+
+    @staticmethod
+    def fit_batch(models: list["KMeansBackend"], Zs: list[np.ndarray]) -> list[BaseException | None]:
+        """Fit ``models`` (equal :meth:`batch_key`) on their own codes as one computation, each to the numbers its
+        own ``fit`` gives; per model, None or the error its ``fit`` would raise."""
+        first = models[0]
+        try:
+            outs = fit_kmeans_torch([_as_float64(Z) for Z in Zs], first.n_clusters,
+                                    random_states=[m.random_state for m in models], n_init=first.n_init,
+                                    max_iter=first.max_iter, device=first.device)
+        except ValueError as err:  # the codes' shape (fewer codes than clusters): every fit's error alike
+            return [err] * len(models)
+        for model, out in zip(models, outs, strict=True):
+            model.engine_ = "torch"
+            model.centroids_, model.labels_ = out["cluster_centers"], out["labels"]
+            model.inertia_, model.n_iter_ = out["inertia"], out["n_iter"]
+            model.counts_ = np.bincount(out["labels"], minlength=model.n_clusters).astype(np.float64)
+        return [None] * len(models)
 
     def fit(self, Z) -> "KMeansBackend":
+        self.engine_ = self._resolve_engine()
+        if self.engine_ == "torch":
+            (error,) = self.fit_batch([self], [Z])
+            if error is not None:
+                raise error
+            return self
         return _fit_hard(self, KMeans(
             n_clusters=self.n_clusters, n_init=self.n_init, max_iter=self.max_iter,
             random_state=self.random_state,
