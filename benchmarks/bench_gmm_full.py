@@ -30,6 +30,15 @@ from threadpoolctl import threadpool_limits
 from fedgca.protocol.clustering import GMMBackend, KMeansBackend
 
 
+def one_thread_on(name: str, what: str) -> torch.device:
+    """torch on one thread, on device ``name``; prints the load, torch, the device (a GPU's name) and ``what``."""
+    torch.set_num_threads(1)
+    device = torch.device(name)
+    print(f"load {os.getloadavg()[0]:.2f}; torch {torch.__version__}; device {device}"
+          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "") + f"; {what}")
+    return device
+
+
 def codes(runs: int, n: int, d: int, k: int) -> list[np.ndarray]:
     out = []
     for r in range(runs):
@@ -58,11 +67,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=80)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    torch.set_num_threads(1)
-    device = torch.device(args.device)
-    print(f"load {os.getloadavg()[0]:.2f}; torch {torch.__version__}; device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-          + f"; {args.backend}; {args.n} codes × {args.d}, K = {args.k}")
+    device = one_thread_on(args.device, f"{args.backend}; {args.n} codes × {args.d}, K = {args.k}")
 
     def sync():
         if device.type == "cuda":

@@ -14,13 +14,18 @@ invocation (the machines are shared; the load is printed).
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedgca.evaluation.metrics import RowMetrics, detection_metrics
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_gmm_full import one_thread_on  # noqa: E402
+
+from fedgca.evaluation.metrics import RowMetrics, detection_metrics  # noqa: E402
 
 
 def best(fn, repeat: int) -> tuple[float, float, object]:
@@ -43,11 +48,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=13_376)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    torch.set_num_threads(1)
-    device = torch.device(args.device)
-    print(f"load {os.getloadavg()[0]:.2f}; torch {torch.__version__}; device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-          + f"; {args.clients} clients × {args.rows:,} test rows per run")
+    device = one_thread_on(args.device, f"{args.clients} clients × {args.rows:,} test rows per run")
     print(f"{'runs':>5} {'host numpy ms':>14} {'device ms':>10} {'its host CPU ms':>16} {'speed-up':>9} "
           f"{'max |Δ| acc, AUROC, AUPRC':>28}")
     rng = np.random.default_rng(0)

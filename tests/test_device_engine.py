@@ -200,31 +200,40 @@ def test_the_runs_scorings_are_one_pass_with_each_runs_numbers(device_engine):
     """Five runs' evaluations through one broker (each run in its own thread, as in the batched engine): every
     scoring computed once for all runs — their models on one axis, their rows padded to one block — and each
     run's scores, on its own rows and on its test rows, bit for bit those it computes alone."""
-    import threading
-
     runs = _scoring_runs(5)
-    alone = [(metrics.shard_scores(m, sh), metrics.to_numpy(metrics.shared_scores(m, x))) for m, sh, x in runs]
-    broker = EpochBroker(len(runs))
-    together: dict[int, tuple] = {}
 
-    def one(i):
-        m, sh, x = runs[i]
-        broker.attach(m)
-        try:
-            together[i] = (metrics.shard_scores(m, sh), metrics.to_numpy(metrics.shared_scores(m, x)))
-        finally:
-            broker.leave()
+    def scores(m, sh, x):
+        return metrics.shard_scores(m, sh), metrics.to_numpy(metrics.shared_scores(m, x))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(runs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    alone = [scores(*run) for run in runs]
+    broker, together = _through_one_broker([m for m, _, _ in runs], lambda i: scores(*runs[i]))
     assert broker.stats["scorings"] == 10 and broker.stats["stacked_scorings"] == 2, broker.stats
     for i, (own, test) in enumerate(alone):
         got_own, got_test = together[i]
         assert len(got_own) == len(own) and all(np.array_equal(a, b) for a, b in zip(got_own, own)), i
         assert np.array_equal(got_test, test), i
+
+
+def _through_one_broker(stacks: list[StackedModels], work) -> tuple[EpochBroker, dict]:
+    """``work(i)`` for every run in a thread of its own, each run's models attached to one broker, as the batched
+    engine runs them: the broker and each run's result."""
+    import threading
+
+    broker, results = EpochBroker(len(stacks)), {}
+
+    def one(i):
+        broker.attach(stacks[i])
+        try:
+            results[i] = work(i)
+        finally:
+            broker.leave()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(stacks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return broker, results
 
 
 def _evaluate(models, shards, x, y, one_model=False) -> dict:
@@ -237,8 +246,6 @@ def test_the_runs_test_metrics_are_one_computation_with_each_runs_figures(device
     other runs' of the same test-set size as one computation (one of them a one-model run, whose single scoring
     serves each client's τ), and each run's figures bit for bit those it computes alone. Against the host's
     ``detection_metrics`` on the same scores: accuracy and AUROC bit for bit, AUPRC to 1e-14."""
-    import threading
-
     rng = np.random.default_rng(5)
     runs = []
     for r in range(6):
@@ -253,21 +260,7 @@ def test_the_runs_test_metrics_are_one_computation_with_each_runs_figures(device
     of_many = metrics.RowMetrics.of_many
     monkeypatch.setattr(metrics.RowMetrics, "of_many",
                         staticmethod(lambda thens, scores: groups.append(len(thens)) or of_many(thens, scores)))
-    broker = EpochBroker(len(runs))
-    together: dict[int, dict] = {}
-
-    def one(i):
-        broker.attach(runs[i][0])
-        try:
-            together[i] = _evaluate(*runs[i])
-        finally:
-            broker.leave()
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(runs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    _, together = _through_one_broker([run[0] for run in runs], lambda i: _evaluate(*runs[i]))
     assert sorted(groups) == [2, 4], groups  # the 700-row and the 900-row test sets: one computation each
     for i, (models, shards, x, y, one_model) in enumerate(runs):
         assert together[i] == alone[i], i
