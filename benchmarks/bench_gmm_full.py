@@ -10,10 +10,11 @@ from scikit-learn's. Read side by side, in one invocation (the machines are shar
 
 ``--backend kmeans``: the same for the K-means backend (SPEC §1: 10 inits of k-means++ and Lloyd): scikit-learn's
 KMeans against the torch engine (``protocol.clustering.kmeans_torch``); Lloyd iterations of the chosen init, and the
-largest difference of the centres.
+largest difference of the centres. ``--backend softkmeans``: the soft K-means backend's host engine against its
+torch engine.
 
-    python benchmarks/bench_gmm_full.py [--backend gmm|kmeans] [--device cuda] [--runs 1 8 64] [--n 2472] [--d 16]
-        [--k 80] [--repeat 3]
+    python benchmarks/bench_gmm_full.py [--backend gmm|kmeans|softkmeans] [--device cuda] [--runs 1 8 64]
+        [--n 2472] [--d 16] [--k 80] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 from threadpoolctl import threadpool_limits
 
-from fedgca.protocol.clustering import GMMBackend, KMeansBackend
+from fedgca.protocol.clustering import GMMBackend, KMeansBackend, SoftKMeansBackend
 
 
 def one_thread_on(name: str, what: str) -> torch.device:
@@ -37,6 +38,23 @@ def one_thread_on(name: str, what: str) -> torch.device:
     print(f"load {os.getloadavg()[0]:.2f}; torch {torch.__version__}; device {device}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "") + f"; {what}")
     return device
+
+
+# per backend: the fedgca backend with a torch engine, and the host's fit one run after another (k, seed → model)
+HOST_FITS = {
+    "gmm": (GMMBackend, lambda k, r: GaussianMixture(k, covariance_type="full", init_params="k-means++",
+                                                     random_state=r)),
+    "kmeans": (KMeansBackend, lambda k, r: KMeans(k, n_init=10, random_state=r)),
+    "softkmeans": (SoftKMeansBackend, lambda k, r: SoftKMeansBackend(k, random_state=r)),  # the host's engine
+}
+ITERATIONS = {"gmm": "EM", "kmeans": "Lloyd", "softkmeans": "soft-update"}
+
+
+def _centres(fitted) -> np.ndarray:
+    for name in ("cluster_centers_", "means_", "centroids_"):  # KMeans, GaussianMixture, a fedgca backend
+        if hasattr(fitted, name):
+            return getattr(fitted, name)
+    raise TypeError(type(fitted).__name__)
 
 
 def codes(runs: int, n: int, d: int, k: int) -> list[np.ndarray]:
@@ -59,7 +77,7 @@ def best(fn, repeat: int) -> tuple[float, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", choices=["gmm", "kmeans"], default="gmm")
+    ap.add_argument("--backend", choices=["gmm", "kmeans", "softkmeans"], default="gmm")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--runs", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--n", type=int, default=2472)
@@ -75,16 +93,9 @@ def main() -> None:
 
     for runs in args.runs:
         Zs = codes(runs, args.n, args.d, args.k)
-        kmeans = args.backend == "kmeans"
+        backend, host = HOST_FITS[args.backend]
         with threadpool_limits(1):
-            if kmeans:
-                sk_s, sk = best(lambda: [KMeans(args.k, n_init=10, random_state=r).fit(Z) for r, Z in enumerate(Zs)],
-                                args.repeat)
-            else:
-                sk_s, sk = best(lambda: [GaussianMixture(args.k, covariance_type="full", init_params="k-means++",
-                                                         random_state=r).fit(Z) for r, Z in enumerate(Zs)],
-                                args.repeat)
-        backend = KMeansBackend if kmeans else GMMBackend
+            sk_s, sk = best(lambda: [host(args.k, r).fit(Z) for r, Z in enumerate(Zs)], args.repeat)
 
         def batched():
             models = [backend(args.k, engine="torch", random_state=r, device=device) for r in range(runs)]
@@ -95,11 +106,10 @@ def main() -> None:
 
         batched()  # warm-up: the device's first kernels, the allocator
         t_s, ours = best(batched, args.repeat)
-        gap = max(float(np.abs(m.centroids_ - (g.cluster_centers_ if kmeans else g.means_)).max())
-                  for m, g in zip(ours, sk))
+        gap = max(float(np.abs(m.centroids_ - _centres(g)).max()) for m, g in zip(ours, sk))
         same_iters = all(m.n_iter_ == g.n_iter_ for m, g in zip(ours, sk))
         print(f"S = {runs:3d}: scikit-learn {sk_s:7.3f} s ({sk_s / runs * 1e3:6.1f} ms/run) | torch batched "
-              f"{t_s:7.3f} s ({t_s / runs * 1e3:6.1f} ms/run) | {sk_s / t_s:5.2f}× | {'Lloyd' if kmeans else 'EM'} "
+              f"{t_s:7.3f} s ({t_s / runs * 1e3:6.1f} ms/run) | {sk_s / t_s:5.2f}× | {ITERATIONS[args.backend]} "
               f"iterations {'equal' if same_iters else 'DIFFER'} (max {max(g.n_iter_ for g in sk)}) | max |Δ centres| "
               f"{gap:.1e}")
 

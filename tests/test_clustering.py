@@ -301,6 +301,35 @@ def test_kmeans_operator_calls_do_not_grow_with_the_batch():
     assert one["aten::is_nonzero"] == 1
 
 
+@pytest.mark.parametrize("k,temperature", [(4, 1.0), (10, 0.1), (25, 5.0)])
+def test_torch_soft_kmeans_is_the_hosts(k, temperature):
+    """The soft K-means torch engine (its K-means init on the torch engine, the updates batched) against the
+    host's (scikit-learn's init, NumPy updates): the same updates and convergence; centres, counts and
+    responsibilities to float64 rounding."""
+    Z = blobs(n=700, d=5, centres=k, seed=k)
+    host = SoftKMeansBackend(k, temperature=temperature, random_state=4).fit(Z)
+    ours = SoftKMeansBackend(k, temperature=temperature, random_state=4, engine="torch").fit(Z)
+    assert ours.engine_ == "torch" and (ours.n_iter_, ours.converged_) == (host.n_iter_, host.converged_)
+    for name in ("centroids_", "counts_", "responsibilities_"):
+        np.testing.assert_allclose(getattr(ours, name), getattr(host, name), rtol=1e-9, atol=1e-9, err_msg=name)
+
+
+def test_a_soft_kmeans_fit_gives_the_same_numbers_alone_or_in_a_batch():
+    """Soft K-means runs of one shape as one batch: each bit for bit its fit alone; fewer codes than clusters is
+    each fit's own error; the host's engine has no batch key."""
+    Zs = [blobs(n=400, d=4, centres=6, seed=s) for s in range(3)]
+    alone = [SoftKMeansBackend(6, random_state=i, engine="torch").fit(Z) for i, Z in enumerate(Zs)]
+    models = [SoftKMeansBackend(6, random_state=i, engine="torch") for i in (2, 0, 1)]
+    assert len({m.batch_key(Zs[0]) for m in models}) == 1 and SoftKMeansBackend(6).batch_key(Zs[0]) is None
+    assert SoftKMeansBackend.fit_batch(models, [Zs[2], Zs[0], Zs[1]]) == [None] * 3
+    for m, i in zip(models, (2, 0, 1)):
+        assert (m.n_iter_, m.converged_) == (alone[i].n_iter_, alone[i].converged_)
+        for name in ("centroids_", "counts_", "responsibilities_"):
+            np.testing.assert_array_equal(getattr(m, name), getattr(alone[i], name), err_msg=name)
+    (err,) = SoftKMeansBackend.fit_batch([SoftKMeansBackend(6, engine="torch")], [Zs[0][:4]])
+    assert isinstance(err, ValueError)
+
+
 def test_torch_engine_covariance_types_and_the_auto_rule():
     assert GMMBackend(3, covariance_type="full")._resolve_engine() == "sklearn"  # CPU fits stay scikit-learn's
     assert GMMBackend(3, covariance_type="full", engine="torch")._resolve_engine() == "torch"

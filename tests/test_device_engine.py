@@ -444,6 +444,20 @@ def test_runs_under_the_device_engine_stack_as_they_run_alone_and_agree_with_the
         assert abs(dev["auroc"].iloc[-1] - ref["auroc"].iloc[-1]) < 0.005, cfg.method
 
 
+@pytest.mark.parametrize("backend,engine", [("gmm", "torch"), ("kmeans", "torch"), ("softkmeans", "torch"),
+                                            ("minibatch", None)])
+def test_the_gca_server_clusters_on_the_device_under_the_device_engine(backend, engine, monkeypatch):
+    """Which clustering engine a GCA server gets: under the device engine the torch engines on the run's device
+    (the GMM, K-means and soft K-means), mini-batch K-means scikit-learn's; on the CPU engine the host's, as the
+    committed CPU results were computed (the GMM's device named, its engine left to its own rule)."""
+    from fedgca.training.gca import gca_config
+
+    cfg = RunConfig(dataset="magic", method="gca", backend=backend)
+    assert gca_config(cfg, "tabular").cluster_options.get("engine") is None
+    monkeypatch.setattr(stacked, "device_engine", lambda device: True)
+    assert gca_config(cfg, "tabular").cluster_options.get("engine") == engine
+
+
 def test_the_step_program_is_the_loops_step(device_engine):
     """The device engine's epoch runs its steps through ``loop.StepProgram`` (fixed buffers: what CUDA captures
     and replays; eager here). The same epoch through ``run_epoch``'s general loop — the loss differentiated by

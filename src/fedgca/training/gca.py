@@ -45,15 +45,15 @@ def gca_config(cfg, kind: str, dp: dp_protocol.RecordDP | None = None) -> GCACon
 
 def _cluster_options(cfg) -> dict:
     """The GMM's torch engine (the vision preset's 100 batched inits) fits on the run's device; so do the tabular
-    preset's full-covariance GMM and K-means under the device engine (``stacked.device_engine``), where the server
-    would otherwise fit on the host every round while the device waits. Elsewhere scikit-learn's engines (the
-    tabular GMM, K-means; soft and mini-batch K-means always) fit on the CPU: the CPU's numbers are scikit-learn's
-    own."""
+    preset's full-covariance GMM, K-means and soft K-means under the device engine (``stacked.device_engine``),
+    where the server would otherwise fit on the host every round while the device waits. Elsewhere the host's
+    engines (scikit-learn's GMM and K-means, soft K-means in NumPy; mini-batch K-means always) fit on the CPU: the
+    CPU's numbers are what they were."""
     device = devices.resolve(cfg.device)
     on_device = stacked.device_engine(device)
     if cfg.backend == "gmm":
         return {"device": device, **({"engine": "torch"} if on_device else {})}
-    if cfg.backend == "kmeans" and on_device:
+    if cfg.backend in ("kmeans", "softkmeans") and on_device:
         return {"device": device, "engine": "torch"}
     return {}
 

@@ -22,7 +22,8 @@ all randomness comes from one ``random_state``. Each exposes ``centroids_``
   counts = cluster sizes. K-means also has a torch engine (``kmeans_torch``:
   scikit-learn's Lloyd step for step, batched over inits and runs), the
   device engine's.
-- :class:`SoftKMeansBackend` — our own (scikit-learn has none).
+- :class:`SoftKMeansBackend` — our own (scikit-learn has none); its torch
+  engine (``kmeans_torch``) batches its init and updates over runs.
 
 :func:`cluster_codes` is the one function the server calls; it validates the
 input, caps K at the number of distinct codes and never lets a collapsed EM

@@ -61,6 +61,46 @@ def fit_kmeans_torch(
     return out
 
 
+def fit_soft_kmeans_torch(
+    Xs: list[np.ndarray], n_clusters: int, *, random_states: list, temperature: float = 1.0, max_iter: int = 200,
+    tol: float = 1e-3, n_init: int = 10, device=None,
+) -> list[dict]:
+    """``SoftKMeansBackend``'s fit for every array of ``Xs`` (all [n, d]) as one batch: K-means with ``n_init``
+    inits (``fit_kmeans_torch``), then the soft updates r = softmax(−‖z − μ‖² / T), N_k = Σ r, μ = rᵀZ / N_k
+    until the largest centre shift is below ``tol`` (at least one update; an empty component keeps its centre),
+    in ``SoftKMeansBackend._update``'s formulas. Per run: centroids, counts, responsibilities, n_iter, converged."""
+    init = fit_kmeans_torch(Xs, n_clusters, random_states=random_states, n_init=n_init, device=device)
+    X = torch.as_tensor(np.stack([np.ascontiguousarray(x, dtype=np.float64) for x in Xs]), device=device)
+    mu = torch.as_tensor(np.stack([o["cluster_centers"] for o in init]), device=X.device)
+    R, n = X.shape[:2]
+    resp = torch.zeros((R, n, n_clusters), dtype=X.dtype, device=X.device)
+    counts = torch.zeros((R, n_clusters), dtype=X.dtype, device=X.device)
+    n_iter = torch.zeros(R, dtype=torch.long, device=X.device)
+    converged = torch.zeros(R, dtype=torch.bool, device=X.device)
+    active = torch.ones(R, dtype=torch.bool, device=X.device)
+    x2 = (X * X).sum(-1, keepdim=True)
+    for it in range(max(int(max_iter), 1)):
+        dist = (x2 - 2.0 * X @ mu.mT + (mu * mu).sum(-1).unsqueeze(1)).clamp_min(0.0)
+        logits = -dist / temperature
+        r = (logits - logits.amax(-1, keepdim=True)).exp()
+        r = r / r.sum(-1, keepdim=True)
+        nk = r.sum(1)  # [R, K]
+        new_mu = torch.where((nk > 0).unsqueeze(-1), (r.mT @ X) / nk.unsqueeze(-1), mu)
+        shift = ((new_mu - mu) ** 2).sum(-1).sqrt().amax(-1)
+        a = active
+        mu = torch.where(a[:, None, None], new_mu, mu)
+        resp = torch.where(a[:, None, None], r, resp)
+        counts = torch.where(a[:, None], nk, counts)
+        n_iter = n_iter + a.long()
+        converged = torch.where(a, shift < tol, converged)
+        active = a & ~(shift < tol)
+        if (it + 1) % CHECK_EVERY == 0 and not bool(active.any()):
+            break
+    host = [to_numpy(t) for t in (mu, counts, resp, n_iter, converged)]
+    return [{"centroids": host[0][r], "counts": host[1][r], "responsibilities": host[2][r],
+             "n_iter": int(host[3][r]), "converged": bool(host[4][r])} for r in range(R)]
+
+
 def _e_step(X: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
     """Labels [R, I, n]: argmin_k ‖c_k‖² − 2 x·c_k (first of equal), as scikit-learn's Lloyd iteration."""
     c2 = (centres * centres).sum(-1)  # [R, I, K]
@@ -140,4 +180,4 @@ def _same_clustering(a: np.ndarray, b: np.ndarray, k: int) -> bool:
     return bool((mapping[a] == b).all())
 
 
-__all__ = ["CHECK_EVERY", "fit_kmeans_torch"]
+__all__ = ["CHECK_EVERY", "fit_kmeans_torch", "fit_soft_kmeans_torch"]

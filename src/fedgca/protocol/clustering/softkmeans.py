@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 from sklearn.cluster import KMeans
 
 from fedgca.protocol.clustering.base import _as_float64, _Backend
+from fedgca.protocol.clustering.kmeans_torch import fit_soft_kmeans_torch
 
 
 def _sq_dists(Z: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -30,14 +32,17 @@ class SoftKMeansBackend(_Backend):
     code units), or after ``max_iter`` updates. A component whose N_k
     underflows to 0 keeps its previous centroid and is reported with count 0.
 
+    ``engine``: "sklearn" (scikit-learn's K-means init, NumPy updates, on the host) or "torch" (the same, every
+    run of one shape in one batch on ``device``: the device engine's; ``kmeans_torch``).
+
     After ``fit``: ``responsibilities_`` are the r used in the last update, so
     ``counts_ == responsibilities_.sum(0)`` (summing to n) and
-    ``centroids_ == responsibilities_.T @ Z / counts_`` hold exactly.
+    ``centroids_ == responsibilities_.T @ Z / counts_`` hold exactly (the torch engine: to float64 rounding).
     """
 
     def __init__(
         self, n_clusters: int, temperature: float = 1.0, max_iter: int = 200, tol: float = 1e-3,
-        n_init: int = 10, random_state=None,
+        n_init: int = 10, random_state=None, engine: str = "sklearn", device=None,
     ):
         self.n_clusters = n_clusters
         self.temperature = temperature
@@ -45,8 +50,47 @@ class SoftKMeansBackend(_Backend):
         self.tol = tol
         self.n_init = n_init
         self.random_state = random_state
+        self.engine = engine
+        self.device = device
+
+    def _resolve_engine(self) -> str:
+        if self.engine not in ("sklearn", "torch"):
+            raise ValueError(f"unknown soft K-means engine {self.engine!r}; choose sklearn or torch")
+        return self.engine
+
+    def batch_key(self, Z: np.ndarray):
+        """Fits with equal keys run as one batched computation (:meth:`fit_batch`): the torch engine's
+        (``kmeans_torch.fit_soft_kmeans_torch``: its K-means init and updates on ``device``); None on the host."""
+        if self._resolve_engine() != "torch":
+            return None
+        return (type(self), np.shape(Z), self.n_clusters, self.temperature, self.max_iter, self.tol, self.n_init,
+                str(torch.device(self.device or "cpu")))
+
+    @staticmethod
+    def fit_batch(models: list["SoftKMeansBackend"], Zs: list[np.ndarray]) -> list[BaseException | None]:
+        """Fit ``models`` (equal :meth:`batch_key`) as one computation, each to the numbers its own ``fit`` gives."""
+        first = models[0]
+        try:
+            outs = fit_soft_kmeans_torch([_as_float64(Z) for Z in Zs], first.n_clusters,
+                                         random_states=[m.random_state for m in models],
+                                         temperature=first.temperature, max_iter=first.max_iter, tol=first.tol,
+                                         n_init=first.n_init, device=first.device)
+        except ValueError as err:  # fewer codes than clusters: every fit's error alike
+            return [err] * len(models)
+        for model, out in zip(models, outs, strict=True):
+            model.engine_ = "torch"
+            model.centroids_, model.counts_ = out["centroids"], out["counts"]
+            model.responsibilities_, model.n_iter_, model.converged_ = (out["responsibilities"], out["n_iter"],
+                                                                        out["converged"])
+        return [None] * len(models)
 
     def fit(self, Z) -> "SoftKMeansBackend":
+        self.engine_ = self._resolve_engine()
+        if self.engine_ == "torch":
+            (error,) = self.fit_batch([self], [Z])
+            if error is not None:
+                raise error
+            return self
         Z = _as_float64(Z)
         init = KMeans(n_clusters=self.n_clusters, n_init=self.n_init, random_state=self.random_state).fit(Z)
         mu = init.cluster_centers_.astype(np.float64)
