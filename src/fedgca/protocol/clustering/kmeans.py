@@ -3,11 +3,10 @@ counts are cluster sizes."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 from sklearn.cluster import KMeans, MiniBatchKMeans
 
 from fedgca.protocol.clustering.base import _as_float64, _Backend
-from fedgca.protocol.clustering.kmeans_torch import fit_kmeans_torch
+from fedgca.protocol.clustering.kmeans_torch import HostOrTorch, fit_kmeans_torch
 
 
 def _fit_hard(backend: "_Backend", model, Z) -> "_Backend":
@@ -20,7 +19,7 @@ def _fit_hard(backend: "_Backend", model, Z) -> "_Backend":
     return backend
 
 
-class KMeansBackend(_Backend):
+class KMeansBackend(HostOrTorch):
     """K-means with ``n_init`` initialisations (SPEC §1: 10); counts = cluster sizes.
 
     ``engine``: "sklearn" (scikit-learn's KMeans, on the CPU) or "torch" (``kmeans_torch``: the same algorithm,
@@ -39,43 +38,21 @@ class KMeansBackend(_Backend):
         self.engine = engine
         self.device = device
 
-    def _resolve_engine(self) -> str:
-        if self.engine not in ("sklearn", "torch"):
-            raise ValueError(f"unknown K-means engine {self.engine!r}; choose sklearn or torch")
-        return self.engine
-
-    def batch_key(self, Z: np.ndarray):
-        """Fits with equal keys run as one batched computation (:meth:`fit_batch`); None for scikit-learn's."""
-        if self._resolve_engine() != "torch":
-            return None
-        return (type(self), np.shape(Z), self.n_clusters, self.n_init, self.max_iter,
-                str(torch.device(self.device or "cpu")))
+    def _batch_options(self) -> tuple:
+        return self.n_clusters, self.n_init, self.max_iter
 
     @staticmethod
-    def fit_batch(models: list["KMeansBackend"], Zs: list[np.ndarray]) -> list[BaseException | None]:
-        """Fit ``models`` (equal :meth:`batch_key`) on their own codes as one computation, each to the numbers its
-        own ``fit`` gives; per model, None or the error its ``fit`` would raise."""
+    def _fit_torch(models: list["KMeansBackend"], Zs: list[np.ndarray]) -> list[dict]:
         first = models[0]
-        try:
-            outs = fit_kmeans_torch([_as_float64(Z) for Z in Zs], first.n_clusters,
-                                    random_states=[m.random_state for m in models], n_init=first.n_init,
-                                    max_iter=first.max_iter, device=first.device)
-        except ValueError as err:  # the codes' shape (fewer codes than clusters): every fit's error alike
-            return [err] * len(models)
-        for model, out in zip(models, outs, strict=True):
-            model.engine_ = "torch"
-            model.centroids_, model.labels_ = out["cluster_centers"], out["labels"]
-            model.inertia_, model.n_iter_ = out["inertia"], out["n_iter"]
-            model.counts_ = np.bincount(out["labels"], minlength=model.n_clusters).astype(np.float64)
-        return [None] * len(models)
+        return fit_kmeans_torch(Zs, first.n_clusters, random_states=[m.random_state for m in models],
+                                n_init=first.n_init, max_iter=first.max_iter, device=first.device)
 
-    def fit(self, Z) -> "KMeansBackend":
-        self.engine_ = self._resolve_engine()
-        if self.engine_ == "torch":
-            (error,) = self.fit_batch([self], [Z])
-            if error is not None:
-                raise error
-            return self
+    def _keep(self, out: dict) -> None:
+        self.centroids_, self.labels_ = out["cluster_centers"], out["labels"]
+        self.inertia_, self.n_iter_ = out["inertia"], out["n_iter"]
+        self.counts_ = np.bincount(out["labels"], minlength=self.n_clusters).astype(np.float64)
+
+    def _fit_host(self, Z: np.ndarray) -> "KMeansBackend":
         return _fit_hard(self, KMeans(
             n_clusters=self.n_clusters, n_init=self.n_init, max_iter=self.max_iter,
             random_state=self.random_state,

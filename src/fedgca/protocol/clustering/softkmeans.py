@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 from sklearn.cluster import KMeans
 
-from fedgca.protocol.clustering.base import _as_float64, _Backend
-from fedgca.protocol.clustering.kmeans_torch import fit_soft_kmeans_torch
+from fedgca.protocol.clustering.kmeans_torch import HostOrTorch, fit_soft_kmeans_torch
 
 
 def _sq_dists(Z: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -23,7 +21,7 @@ def soft_responsibilities(Z: np.ndarray, centroids: np.ndarray, temperature: flo
     return r / r.sum(axis=1, keepdims=True)
 
 
-class SoftKMeansBackend(_Backend):
+class SoftKMeansBackend(HostOrTorch):
     """Soft K-means (SPEC §1): temperature T, initialised from a K-means fit.
 
     Iterates r_nk = softmax(−||z_n − μ_k||² / T), N_k = Σ_n r_nk,
@@ -53,45 +51,21 @@ class SoftKMeansBackend(_Backend):
         self.engine = engine
         self.device = device
 
-    def _resolve_engine(self) -> str:
-        if self.engine not in ("sklearn", "torch"):
-            raise ValueError(f"unknown soft K-means engine {self.engine!r}; choose sklearn or torch")
-        return self.engine
-
-    def batch_key(self, Z: np.ndarray):
-        """Fits with equal keys run as one batched computation (:meth:`fit_batch`): the torch engine's
-        (``kmeans_torch.fit_soft_kmeans_torch``: its K-means init and updates on ``device``); None on the host."""
-        if self._resolve_engine() != "torch":
-            return None
-        return (type(self), np.shape(Z), self.n_clusters, self.temperature, self.max_iter, self.tol, self.n_init,
-                str(torch.device(self.device or "cpu")))
+    def _batch_options(self) -> tuple:
+        return self.n_clusters, self.temperature, self.max_iter, self.tol, self.n_init
 
     @staticmethod
-    def fit_batch(models: list["SoftKMeansBackend"], Zs: list[np.ndarray]) -> list[BaseException | None]:
-        """Fit ``models`` (equal :meth:`batch_key`) as one computation, each to the numbers its own ``fit`` gives."""
+    def _fit_torch(models: list["SoftKMeansBackend"], Zs: list[np.ndarray]) -> list[dict]:
         first = models[0]
-        try:
-            outs = fit_soft_kmeans_torch([_as_float64(Z) for Z in Zs], first.n_clusters,
-                                         random_states=[m.random_state for m in models],
-                                         temperature=first.temperature, max_iter=first.max_iter, tol=first.tol,
-                                         n_init=first.n_init, device=first.device)
-        except ValueError as err:  # fewer codes than clusters: every fit's error alike
-            return [err] * len(models)
-        for model, out in zip(models, outs, strict=True):
-            model.engine_ = "torch"
-            model.centroids_, model.counts_ = out["centroids"], out["counts"]
-            model.responsibilities_, model.n_iter_, model.converged_ = (out["responsibilities"], out["n_iter"],
-                                                                        out["converged"])
-        return [None] * len(models)
+        return fit_soft_kmeans_torch(Zs, first.n_clusters, random_states=[m.random_state for m in models],
+                                     temperature=first.temperature, max_iter=first.max_iter, tol=first.tol,
+                                     n_init=first.n_init, device=first.device)
 
-    def fit(self, Z) -> "SoftKMeansBackend":
-        self.engine_ = self._resolve_engine()
-        if self.engine_ == "torch":
-            (error,) = self.fit_batch([self], [Z])
-            if error is not None:
-                raise error
-            return self
-        Z = _as_float64(Z)
+    def _keep(self, out: dict) -> None:
+        self.centroids_, self.counts_, self.responsibilities_ = out["centroids"], out["counts"], out["responsibilities"]
+        self.n_iter_, self.converged_ = out["n_iter"], out["converged"]
+
+    def _fit_host(self, Z: np.ndarray) -> "SoftKMeansBackend":
         init = KMeans(n_clusters=self.n_clusters, n_init=self.n_init, random_state=self.random_state).fit(Z)
         mu = init.cluster_centers_.astype(np.float64)
         self.converged_ = False
