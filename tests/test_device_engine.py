@@ -458,6 +458,21 @@ def test_the_gca_server_clusters_on_the_device_under_the_device_engine(backend, 
     assert gca_config(cfg, "tabular").cluster_options.get("engine") == engine
 
 
+def test_a_device_without_float64_clusters_and_ranks_on_the_cpu(monkeypatch):
+    """Apple's MPS computes no float64: a run there (the device engine on) gets the host's clustering engines on
+    the CPU, and its evaluation ranks on the host (``devices.has_float64``), where a float64 tensor on the device
+    would stop the run."""
+    from fedgca import devices
+    from fedgca.training import gca
+
+    monkeypatch.setattr(devices, "resolve", lambda name="auto": torch.device("cpu" if name == "cpu" else "mps"))
+    monkeypatch.setattr(stacked, "device_engine", lambda device: torch.device(device).type != "cpu")
+    for backend in ("gmm", "kmeans", "softkmeans"):
+        options = gca._cluster_options(RunConfig(dataset="magic", method="gca", backend=backend, device="mps"))
+        assert options.get("engine") is None and options.get("device", torch.device("cpu")).type == "cpu", options
+    assert not devices.has_float64(torch.device("mps")) and devices.has_float64(torch.device("cuda"))
+
+
 def test_the_step_program_is_the_loops_step(device_engine):
     """The device engine's epoch runs its steps through ``loop.StepProgram`` (fixed buffers: what CUDA captures
     and replays; eager here). The same epoch through ``run_epoch``'s general loop — the loss differentiated by

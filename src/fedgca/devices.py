@@ -42,6 +42,14 @@ def resolve(name: str = "auto"):
     return dev
 
 
+def has_float64(device) -> bool:
+    """Whether ``device`` computes in float64: Apple's MPS does not. What the device engine computes in float64
+    there (the clustering's torch engines, the detection metrics) stays on the CPU."""
+    import torch
+
+    return torch.device(device).type != "mps"
+
+
 def to_numpy(t) -> np.ndarray:
     """A tensor's values as a NumPy array, from any device."""
     return t.detach().cpu().numpy()

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedgca.devices import to_numpy
+from fedgca.devices import has_float64, to_numpy
 from fedgca.evaluation.threshold import quantile_thresholds
 from fedgca.protocol.losses import reconstruction_per_row
 from fedgca.training.loop import ClientShards
@@ -273,7 +273,7 @@ def evaluate_clients(
         threshold_scores = val
     thresholds = quantile_thresholds(train if threshold_scores is None else threshold_scores, q)
     scorer = clients.slot_view(0) if one_model else clients
-    if _all_at_once(scorer):  # the test set's metrics computed where it was scored: [n, 3] read back, not [C, M]
+    if _all_at_once(scorer) and has_float64(test_x.device):  # the metrics where the test set was scored: [n, 3]
         then = RowMetrics(torch.as_tensor(np.asarray(test_y).astype(bool), device=test_x.device),
                           torch.as_tensor(thresholds, dtype=torch.float64, device=test_x.device))
         with torch.no_grad():

@@ -51,6 +51,9 @@ def _cluster_options(cfg) -> dict:
     CPU's numbers are what they were."""
     device = devices.resolve(cfg.device)
     on_device = stacked.device_engine(device)
+    if not devices.has_float64(device):  # the torch engines compute in float64: on the CPU beside an MPS run
+        device = devices.resolve("cpu")
+        on_device = False
     if cfg.backend == "gmm":
         return {"device": device, **({"engine": "torch"} if on_device else {})}
     if cfg.backend in ("kmeans", "softkmeans") and on_device:
