@@ -113,6 +113,7 @@ class EpochBroker:
     runs: int  # how many runs will train under it: each calls ``leave`` once, however it ends
     max_clients: int | None = None  # the most clients one stacked epoch may hold (memory); None: no limit
     max_score_bytes: int = 1 << 30  # the most bytes of padded rows one stacked scoring gathers (memory)
+    max_cache_bytes: int = 2 << 30  # the most bytes of merged shards and rows kept between epochs and evaluations
     stats: dict = field(default_factory=lambda: {"epochs": 0, "stacked_epochs": 0, "alone": 0, "fits": 0,
                                                  "batched_fits": 0, "scorings": 0, "stacked_scorings": 0})
 
@@ -120,7 +121,7 @@ class EpochBroker:
         self._cv = threading.Condition()
         self._live = int(self.runs)  # counted from the start, so that no run trains alone while others load
         self._pending: list[_Request] = []
-        self._shard_cache: dict[tuple, ClientShards] = {}
+        self._blocks: dict[tuple, tuple[list, Any]] = {}  # merged shards and rows, by their sources (_cached_block)
         # id(a run's StackedModels) → [CPU seconds its thread spent inside epochs, its shares of the epochs' compute]
         self._spent: dict[int, list[float]] = {}
 
@@ -265,7 +266,7 @@ class EpochBroker:
         self.stats["stacked_scorings"] += len(reqs) > 1
         try:
             with torch.no_grad():  # this thread may be any run's, in the middle of its own (autograd) work
-                self._score_into(reqs)
+                self._score_into(reqs, self._merged_rows(reqs))
         except BaseException as err:  # noqa: BLE001 — handed to the run's own thread
             if len(reqs) == 1:
                 reqs[0].error = err
@@ -273,10 +274,19 @@ class EpochBroker:
                 for r in reqs:
                     self._score_group([r])
 
-    @staticmethod
-    def _score_into(reqs: list[_ScoreRequest]) -> None:
+    def _merged_rows(self, reqs: list[_ScoreRequest]) -> Tensor:
+        """The requests' rows on one client axis (a run's shared rows repeated for each of its clients), padded to
+        the longest. A run scores the same tensors every evaluation (its test, validation and own rows), so the
+        block is made once per set and kept: after a stack's first evaluation its scorings copy nothing per run."""
+        if len(reqs) == 1:
+            return reqs[0].x
         counts = [r.clients.num_clients for r in reqs]
-        x = reqs[0].x if len(reqs) == 1 else _pad_cat([r.x.expand(n, *r.x.shape[-2:]) for r, n in zip(reqs, counts)])
+        return self._cached_block([r.x for r in reqs], tuple(counts), lambda: _pad_cat(
+            [r.x.expand(n, *r.x.shape[-2:]) for r, n in zip(reqs, counts)]))
+
+    @staticmethod
+    def _score_into(reqs: list[_ScoreRequest], x: Tensor) -> None:
+        counts = [r.clients.num_clients for r in reqs]
         scores = reqs[0].compute(concat_params([r.clients for r in reqs]), x)
         if any(r.then is None for r in reqs):
             for r, part in zip(reqs, scores.cpu().split(counts)):
@@ -330,15 +340,24 @@ class EpochBroker:
     def _merged_shards(self, shards: list[ClientShards]) -> ClientShards:
         """The group's shards on one client axis, padded to the longest; made once per set of shards (a run's
         shards do not change), kept while the same set comes back."""
-        key = tuple(id(s) for s in shards)
-        hit = self._shard_cache.get(key)
-        if hit is not None:
-            return hit
-        merged = ClientShards(_pad_cat([s.x for s in shards]), np.concatenate([s.sizes for s in shards]))
-        if len(self._shard_cache) > 64:  # groups change as runs finish: forget the old ones
-            self._shard_cache.clear()
-        self._shard_cache[key] = merged
-        return merged
+        return self._cached_block(shards, (), lambda: ClientShards(_pad_cat([s.x for s in shards]),
+                                                                   np.concatenate([s.sizes for s in shards])))
+
+    def _cached_block(self, sources: list, extra: tuple, build):
+        """``build()``, kept for the same ``sources`` (the very objects: the entry holds them, so their ids are
+        not reused while it lives) and ``extra``. The cache is forgotten when it would pass 64 entries or
+        ``max_cache_bytes`` (groups change as runs finish); a block larger than that is not kept."""
+        key = (*(id(s) for s in sources), extra)
+        hit = self._blocks.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], sources, strict=True)):
+            return hit[1]
+        block = build()
+        size = _nbytes(block)
+        if len(self._blocks) >= 64 or sum(_nbytes(b) for _, b in self._blocks.values()) + size > self.max_cache_bytes:
+            self._blocks.clear()
+        if size <= self.max_cache_bytes:
+            self._blocks[key] = (list(sources), block)
+        return block
 
 
 def _joined(stacks: list[StackedModels], params: dict[str, Tensor]) -> StackedModels:
@@ -365,6 +384,12 @@ def concat_params(stacks: list[StackedModels]) -> StackedModels:
     if len(stacks) == 1:
         return stacks[0]
     return _joined(stacks, {k: torch.cat([s.params[k] for s in stacks]) for k in stacks[0].params})  # no_grad
+
+
+def _nbytes(block) -> int:
+    """A cached block's bytes: a tensor's, or a ClientShards' rows."""
+    t = block.x if isinstance(block, ClientShards) else block
+    return t.numel() * t.element_size()
 
 
 def _pad_cat(blocks: list[Tensor]) -> Tensor:
