@@ -2,25 +2,29 @@
 # The GPU figures of docs/performance.md ("The device engine"), side by side with the same machine's CPU cores, in
 # one call of the device tool per part. Prepare here first (once): bash benchmarks/gpu_stage.sh
 #
-#   tabular (≤ 8 min; device run timeout_s 540):
+# The device budget is 15 minutes per session, the machine's start and idle time included: the two parts' steps
+# sum to ≤ 7 + 4.5 minutes, leaving ~3.5 for the start and the transfers. Run tabular first (the issue's rows),
+# vision right after on the still-warm machine.
+#
+#   tabular (≤ 7 min; device run timeout_s 450):
 #     command: bash benchmarks/gpu_check.sh tabular
 #     carry:   [".gpu/whl", ".gpu/data/adbench", ".gpu/data/magic", ".gpu/data/academic", ".gpu/data/adult",
 #               ".gpu/data/bank"]
 #     - the CUDA tests (tests/test_device.py, tests/test_device_engine.py; Flower's apps left out: no flwr there)
 #     - the README's main job, magic GCA (R = 100), on the GPU; then where its time goes, part by part (R = 10,
-#       benchmarks/profile_run.py, ≤ 40 s)
+#       benchmarks/profile_run.py, ≤ 30 s)
 #     - the 25 ADBench files × the bench's five methods, seed 100, IID, no peers: 16 CPU workers vs the batched
 #       engine on the GPU, each for BENCH_S seconds
 #     - the paper's tabular grid (4 presets × the paper's methods × 10 seeds, R = 20), largest runs first: one run
 #       after another in one process (INPROC_S s), 16 workers (GRID_S s), the batched engine on the GPU (GPU_GRID_S s)
-#   vision (≤ 6.5 min; timeout_s 420):
+#   vision (≤ 4.5 min; timeout_s 300):
 #     command: bash benchmarks/gpu_check.sh vision
 #     carry:   [".gpu/whl", ".gpu/data/fashion_mnist", ".gpu/data/adbench"]
 #     - the tabular preset's GMM for 1, 8 and 32 runs: scikit-learn on one CPU thread vs the torch engine's batched
-#       fit on the GPU (benchmarks/bench_gmm_full.py, ≤ 60 s)
-#     - the K-means backend the same way, for 1, 8 and 32 runs (bench_gmm_full.py --backend kmeans, ≤ 30 s)
+#       fit on the GPU (benchmarks/bench_gmm_full.py, ≤ 30 s)
+#     - the K-means backend the same way, for 1, 8 and 32 runs (bench_gmm_full.py --backend kmeans, ≤ 20 s)
 #     - an evaluation's detection metrics for 1, 8 and 32 runs: NumPy on the host vs where the scores are, on the
-#       GPU (benchmarks/bench_metrics.py, ≤ 20 s)
+#       GPU (benchmarks/bench_metrics.py, ≤ 15 s)
 #     - Fashion-MNIST GCA R = 10 on the GPU (FM_GPU_S s at most)
 #     - the 25-file bench on the GPU from 4 processes of 4 stacks each (BENCH_S s)
 #     - Fashion-MNIST GCA on 16 CPU threads (FM_CPU_S s: the rounds and epochs it reaches)
@@ -37,12 +41,12 @@ PART=${1:-tabular}
 PY=${PY:-python3}
 DATA=${FEDGCA_DATA_DIR:-.gpu/data}
 WORK=${WORK:-/tmp/fedgca-gpu-check}
-BENCH_S=${BENCH_S:-70}
-INPROC_S=${INPROC_S:-40}
-GRID_S=${GRID_S:-40}
-GPU_GRID_S=${GPU_GRID_S:-60}
-FM_GPU_S=${FM_GPU_S:-140}
-FM_CPU_S=${FM_CPU_S:-75}
+BENCH_S=${BENCH_S:-55}
+INPROC_S=${INPROC_S:-30}
+GRID_S=${GRID_S:-30}
+GPU_GRID_S=${GPU_GRID_S:-45}
+FM_GPU_S=${FM_GPU_S:-100}
+FM_CPU_S=${FM_CPU_S:-45}
 CORES=${CORES:-16}
 GPU=${GPU:-cuda}  # GPU=cpu: a smoke test of the script itself on a machine without one
 GPU_STACKS=${GPU_STACKS:-8}  # the batched engine's stacks at once, each on its own CUDA stream (not yet tuned)
@@ -95,19 +99,19 @@ command -v nvidia-smi > /dev/null && { nvidia-smi dmon -s u -d 2 -o T > "$BACK/d
 
 if [ "$PART" = tabular ]; then
     say "CUDA tests (CPU agreement, the device engine on the card)"
-    FEDGCA_DATA_DIR=$DATA timeout 90 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_device.py \
+    FEDGCA_DATA_DIR=$DATA timeout 60 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_device.py \
         tests/test_device_engine.py -k "not flower" -rfE 2>&1 | grep -v "Warning\|^  \|^$" | tail -12
 
     say "README main job on the GPU: magic GCA, R = 100"
     rm -rf "$WORK/magic"
     t0=$SECONDS
-    timeout 90 $FEDGCA run --dataset magic --method gca --device "$GPU" --data-dir "$DATA" --out "$WORK/magic" \
+    timeout 60 $FEDGCA run --dataset magic --method gca --device "$GPU" --data-dir "$DATA" --out "$WORK/magic" \
         > "$WORK/magic.log" 2>&1
     echo "rc $? in $((SECONDS - t0)) s; $(summary "$WORK/magic")"
     keep
 
     say "where the README job's time goes on the GPU: magic GCA, R = 10, part by part"
-    timeout 40 $PY benchmarks/profile_run.py --rounds 10 --device "$GPU" --data-dir "$DATA" 2>&1 | grep -v "^USDT"
+    timeout 30 $PY benchmarks/profile_run.py --rounds 10 --device "$GPU" --data-dir "$DATA" 2>&1 | grep -v "^USDT"
 
     say "25 ADBench files, seed 100, IID, no peers: $CORES CPU workers vs the GPU, $BENCH_S s each"
     rm -rf "$WORK/bench_cpu" "$WORK/bench_gpu"
@@ -136,11 +140,11 @@ if [ "$PART" = tabular ]; then
     done
 elif [ "$PART" = vision ]; then
     say "the tabular GMM (full, K = 80, magic's 2,472 codes): scikit-learn one run after another vs the torch engine's batch"
-    timeout 60 $PY benchmarks/bench_gmm_full.py --device "$GPU" --runs 1 8 32 --repeat 2 2>&1 | grep -v "^USDT"
+    timeout 30 $PY benchmarks/bench_gmm_full.py --device "$GPU" --runs 1 8 32 --repeat 1 2>&1 | grep -v "^USDT"
     say "the K-means backend (10 inits, K = 80, magic's shape): scikit-learn one run after another vs the torch engine's batch"
-    timeout 30 $PY benchmarks/bench_gmm_full.py --backend kmeans --device "$GPU" --runs 1 8 32 --repeat 1 2>&1 | grep -v "^USDT"
+    timeout 20 $PY benchmarks/bench_gmm_full.py --backend kmeans --device "$GPU" --runs 1 8 32 --repeat 1 2>&1 | grep -v "^USDT"
     say "an evaluation's detection metrics (magic's 10 clients × 13,376 test rows): NumPy on the host vs on the GPU"
-    timeout 20 $PY benchmarks/bench_metrics.py --device "$GPU" --runs 1 8 32 2>&1 | grep -v "^USDT"
+    timeout 15 $PY benchmarks/bench_metrics.py --device "$GPU" --runs 1 8 32 2>&1 | grep -v "^USDT"
 
     say "Fashion-MNIST GCA, R = 10, on the GPU (at most $FM_GPU_S s)"
     rm -rf "$WORK/fmnist_$GPU"
