@@ -288,13 +288,14 @@ class EpochBroker:
     def _score_into(reqs: list[_ScoreRequest], x: Tensor) -> None:
         counts = [r.clients.num_clients for r in reqs]
         scores = reqs[0].compute(concat_params([r.clients for r in reqs]), x)
-        if any(r.then is None for r in reqs):
-            for r, part in zip(reqs, scores.cpu().split(counts)):
-                r.result = part[:, : r.x.shape[-2]] if r.then is None else None
+        on_host = scores.cpu().split(counts) if any(r.then is None for r in reqs) else None  # one read back
         reduced: dict[tuple, list] = {}  # the scores' reductions of one kind and row count: one computation
-        for r, part in zip(reqs, scores.split(counts)):
-            if r.then is not None:
-                reduced.setdefault((type(r.then), r.x.shape[-2]), []).append((r, part[:, : r.x.shape[-2]]))
+        for r, part, i in zip(reqs, scores.split(counts), range(len(reqs))):
+            rows = r.x.shape[-2]
+            if r.then is None:
+                r.result = on_host[i][:, :rows]
+            else:
+                reduced.setdefault((type(r.then), rows), []).append((r, part[:, :rows]))
         for (kind, _), members in reduced.items():
             for (r, _), result in zip(members, kind.of_many([r.then for r, _ in members], [p for _, p in members])):
                 r.result = result

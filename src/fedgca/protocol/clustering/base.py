@@ -41,7 +41,7 @@ class _Backend:
 
     def batch_key(self, Z) -> tuple | None:
         """Fits with equal keys can share one batched computation (``fit_batch``); None, the default: this one
-        cannot (``GMMBackend``'s full-covariance torch engine can)."""
+        cannot (a ``HostOrTorch`` backend's torch engine can)."""
         return None
 
     def summary(self, min_count: float = 0.0) -> ClusterSummary:
@@ -54,3 +54,49 @@ class _Backend:
 def _as_float64(Z) -> np.ndarray:
     return np.ascontiguousarray(Z, dtype=np.float64)
 
+
+class HostOrTorch(_Backend):
+    """A backend with a host engine ("sklearn": ``_fit_host``) and a torch engine on ``device`` (the device
+    engine's GCA server's). Torch fits with equal :meth:`batch_key` share one batched computation
+    (:meth:`fit_batch`, through the batched engine's broker), each with the numbers it gives alone. A subclass
+    names what its torch fit depends on (``_batch_options``), runs it for many models (``_fit_torch``: per model a
+    result, or the error its fit raises) and keeps a result (``_keep``)."""
+
+    engine = "sklearn"
+    device = None
+
+    def _resolve_engine(self) -> str:
+        if self.engine not in ("sklearn", "torch"):
+            raise ValueError(f"unknown {type(self).__name__} engine {self.engine!r}; choose sklearn or torch")
+        return self.engine
+
+    def batch_key(self, Z) -> tuple | None:
+        """Fits with equal keys run as one batched computation (:meth:`fit_batch`); None: the host's engine."""
+        if self._resolve_engine() != "torch":
+            return None
+        return (type(self), np.shape(Z), *self._batch_options(), str(self.device or "cpu"))
+
+    @classmethod
+    def fit_batch(cls, models: list, Zs: list) -> list[BaseException | None]:
+        """Fit ``models`` (equal :meth:`batch_key`) on their own codes as one computation, each to the numbers its
+        own ``fit`` gives; per model, None or the error its ``fit`` would raise."""
+        try:
+            outs = cls._fit_torch(models, [_as_float64(Z) for Z in Zs])
+        except ValueError as err:  # the codes' shape (fewer codes than clusters): every fit's error alike
+            return [err] * len(models)
+        errors = []
+        for model, out in zip(models, outs, strict=True):
+            model.engine_ = "torch"
+            if not isinstance(out, BaseException):
+                model._keep(out)
+            errors.append(out if isinstance(out, BaseException) else None)
+        return errors
+
+    def fit(self, Z):
+        self.engine_ = self._resolve_engine()
+        if self.engine_ == "torch":
+            (error,) = self.fit_batch([self], [Z])
+            if error is not None:
+                raise error
+            return self
+        return self._fit_host(_as_float64(Z))

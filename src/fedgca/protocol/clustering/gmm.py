@@ -13,7 +13,7 @@ from sklearn.mixture import GaussianMixture
 from sklearn.utils import check_random_state
 
 from fedgca.devices import to_numpy
-from fedgca.protocol.clustering.base import _as_float64, _Backend
+from fedgca.protocol.clustering.base import HostOrTorch, _as_float64
 from fedgca.protocol.clustering.gmm_full import _EPS10, fit_full_gmm_torch
 from fedgca.protocol.clustering.kmeanspp import batched_kmeanspp
 
@@ -184,7 +184,7 @@ def _result(A: torch.Tensor, best: dict, lower_bounds: torch.Tensor) -> dict:
     }
 
 
-class GMMBackend(_Backend):
+class GMMBackend(HostOrTorch):
     """Gaussian mixture with k-means++-initialised means (SPEC §1, primary backend).
 
     ``centroids_`` = means; ``counts_`` = soft counts N_k = Σ_n γ_nk of the
@@ -230,38 +230,36 @@ class GMMBackend(_Backend):
     def batch_key(self, Z: np.ndarray):
         """Fits with equal keys can run as one batched computation (:meth:`fit_batch`); None: this one cannot
         (scikit-learn's engine, or the diagonal engine, which batches its initialisations only)."""
-        if self._resolve_engine() != "torch" or self.covariance_type != "full":
+        if self.covariance_type != "full":
+            self._resolve_engine()  # a bad engine name is an error here too
             return None
-        return (type(self), np.shape(Z), self.n_components, self.n_init, self.reg_covar, self.max_iter, self.tol,
-                str(torch.device(self.device or "cpu")))
+        return super().batch_key(Z)
+
+    def _batch_options(self) -> tuple:
+        return self.n_components, self.n_init, self.reg_covar, self.max_iter, self.tol
 
     @staticmethod
-    def fit_batch(models: list["GMMBackend"], Zs: list[np.ndarray]) -> list[BaseException | None]:
-        """Fit ``models`` (equal :meth:`batch_key`) on their own codes in one batched computation, each to the
-        numbers its own ``fit`` gives; per model, None or the error its ``fit`` would raise."""
+    def _fit_torch(models: list["GMMBackend"], Zs: list[np.ndarray]) -> list:
         first = models[0]
-        Zs = [_as_float64(Z) for Z in Zs]
-        outs = fit_full_gmm_torch(Zs, first.n_components, random_states=[m.random_state for m in models],
+        return fit_full_gmm_torch(Zs, first.n_components, random_states=[m.random_state for m in models],
                                   reg_covar=first.reg_covar, n_init=first.n_init, max_iter=first.max_iter,
                                   tol=first.tol, means_inits=[m.means_init for m in models], device=first.device)
-        errors = []
-        for model, out in zip(models, outs, strict=True):
-            model.engine_ = "torch"
-            if isinstance(out, BaseException):
-                errors.append(out)
-                continue
-            model._keep(out)
-            errors.append(None)
-        return errors
 
     def fit(self, Z) -> "GMMBackend":
-        Z = _as_float64(Z)
-        self.engine_ = self._resolve_engine()
-        (self._fit_torch if self.engine_ == "torch" else self._fit_sklearn)(Z)
-        self.centroids_ = self.means_
-        return self
+        if self._resolve_engine() == "torch" and self.covariance_type == "diag":  # its inits batched, not runs
+            Z = _as_float64(Z)
+            if Z.shape[0] < self.n_components:
+                raise ValueError(f"Expected n_samples >= n_components, got {Z.shape[0]} < {self.n_components}")
+            self.engine_ = "torch"
+            self._keep(fit_diag_gmm_torch(
+                Z, self.n_components, reg_covar=self.reg_covar, n_init=self.n_init, max_iter=self.max_iter,
+                tol=self.tol, random_state=self.random_state, means_init=self.means_init, device=self.device,
+                max_batch_bytes=self.max_batch_bytes,
+            ))
+            return self
+        return super().fit(Z)
 
-    def _fit_sklearn(self, Z: np.ndarray) -> None:
+    def _fit_host(self, Z: np.ndarray) -> "GMMBackend":
         gm = GaussianMixture(
             n_components=self.n_components, covariance_type=self.covariance_type, reg_covar=self.reg_covar,
             n_init=self.n_init, max_iter=self.max_iter, tol=self.tol, random_state=self.random_state,
@@ -271,20 +269,8 @@ class GMMBackend(_Backend):
         self.weights_, self.means_, self.covariances_ = gm.weights_, gm.means_, gm.covariances_
         self.lower_bound_, self.n_iter_, self.converged_ = float(gm.lower_bound_), gm.n_iter_, gm.converged_
         self.counts_ = gm.predict_proba(Z).sum(0)
-
-    def _fit_torch(self, Z: np.ndarray) -> None:
-        if Z.shape[0] < self.n_components:
-            raise ValueError(f"Expected n_samples >= n_components, got {Z.shape[0]} < {self.n_components}")
-        if self.covariance_type == "full":
-            (error,) = self.fit_batch([self], [Z])
-            if error is not None:
-                raise error
-            return
-        self._keep(fit_diag_gmm_torch(
-            Z, self.n_components, reg_covar=self.reg_covar, n_init=self.n_init, max_iter=self.max_iter,
-            tol=self.tol, random_state=self.random_state, means_init=self.means_init, device=self.device,
-            max_batch_bytes=self.max_batch_bytes,
-        ))
+        self.centroids_ = self.means_
+        return self
 
     def _keep(self, out: dict) -> None:
         """A torch engine's result as the fitted attributes."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.cluster import KMeans, MiniBatchKMeans
 
-from fedgca.protocol.clustering.base import _as_float64, _Backend
-from fedgca.protocol.clustering.kmeans_torch import HostOrTorch, fit_kmeans_torch
+from fedgca.protocol.clustering.base import HostOrTorch, _as_float64, _Backend
+from fedgca.protocol.clustering.kmeans_torch import fit_kmeans_torch
 
 
 def _fit_hard(backend: "_Backend", model, Z) -> "_Backend":

@@ -21,55 +21,10 @@ import torch
 from sklearn.utils import check_random_state
 
 from fedgca.devices import to_numpy
-from fedgca.protocol.clustering.base import _as_float64, _Backend
 from fedgca.protocol.clustering.gmm_full import BATCH_BYTES
 from fedgca.protocol.clustering.kmeanspp import batched_kmeanspp
 
 CHECK_EVERY = 4  # Lloyd iterations between two reads of "is any init still iterating?" (results do not depend on it)
-
-
-class HostOrTorch(_Backend):
-    """A backend with two engines: "sklearn" (its host fit, ``_fit_host``) and "torch" (this module's, on
-    ``device``), the device engine's GCA server's. Torch fits with equal :meth:`batch_key` share one batched
-    computation (:meth:`fit_batch`, through the batched engine's broker), each with the numbers it gives alone.
-    A subclass names what its torch fit depends on (``_batch_options``), runs it (``_fit_torch``) and keeps its
-    result (``_keep``)."""
-
-    engine = "sklearn"
-    device = None
-
-    def _resolve_engine(self) -> str:
-        if self.engine not in ("sklearn", "torch"):
-            raise ValueError(f"unknown {type(self).__name__} engine {self.engine!r}; choose sklearn or torch")
-        return self.engine
-
-    def batch_key(self, Z: np.ndarray):
-        """Fits with equal keys run as one batched computation (:meth:`fit_batch`); None: the host's engine."""
-        if self._resolve_engine() != "torch":
-            return None
-        return (type(self), np.shape(Z), *self._batch_options(), str(torch.device(self.device or "cpu")))
-
-    @classmethod
-    def fit_batch(cls, models: list, Zs: list[np.ndarray]) -> list[BaseException | None]:
-        """Fit ``models`` (equal :meth:`batch_key`) on their own codes as one computation, each to the numbers its
-        own ``fit`` gives; per model, None or the error its ``fit`` would raise."""
-        try:
-            outs = cls._fit_torch(models, [_as_float64(Z) for Z in Zs])
-        except ValueError as err:  # the codes' shape (fewer codes than clusters): every fit's error alike
-            return [err] * len(models)
-        for model, out in zip(models, outs, strict=True):
-            model.engine_ = "torch"
-            model._keep(out)
-        return [None] * len(models)
-
-    def fit(self, Z):
-        self.engine_ = self._resolve_engine()
-        if self.engine_ == "torch":
-            (error,) = self.fit_batch([self], [Z])
-            if error is not None:
-                raise error
-            return self
-        return self._fit_host(_as_float64(Z))
 
 
 def fit_kmeans_torch(
@@ -225,4 +180,4 @@ def _same_clustering(a: np.ndarray, b: np.ndarray, k: int) -> bool:
     return bool((mapping[a] == b).all())
 
 
-__all__ = ["CHECK_EVERY", "HostOrTorch", "fit_kmeans_torch", "fit_soft_kmeans_torch"]
+__all__ = ["CHECK_EVERY", "fit_kmeans_torch", "fit_soft_kmeans_torch"]

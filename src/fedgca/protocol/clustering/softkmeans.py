@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.cluster import KMeans
 
-from fedgca.protocol.clustering.kmeans_torch import HostOrTorch, fit_soft_kmeans_torch
+from fedgca.protocol.clustering.base import HostOrTorch
+from fedgca.protocol.clustering.kmeans_torch import fit_soft_kmeans_torch
 
 
 def _sq_dists(Z: np.ndarray, centroids: np.ndarray) -> np.ndarray:
