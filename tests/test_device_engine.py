@@ -373,6 +373,49 @@ def test_no_host_read_inside_an_epoch(device_engine):
     assert sum(reads[800].values()) <= 2, reads
 
 
+def _top_level_calls(fn) -> collections.Counter:
+    """``aten::`` calls made from Python, not from inside another operator, views aside: what a GPU launches
+    (a multi-tensor call launches for many tensors at once; on the CPU it loops inside)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return collections.Counter(e.name for e in prof.events() if e.name.startswith("aten::") and not (
+        e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))) - _VIEWS - collections.Counter(
+        {"aten::detach": 1 << 30, "aten::split": 1 << 30, "aten::select": 1 << 30, "aten::transpose": 1 << 30})
+
+
+def test_a_stacked_epoch_of_more_runs_reads_back_no_more(device_engine):
+    """A stacked epoch through the broker — the runs' models and Adam state joined, the epoch, each run's slice
+    copied back — reads the same values back to the host for 2 runs as for 16: the epoch's plan, nothing per
+    run. Before, joining and splitting read every tensor's step counts back (12 × S + 24 synchronisations on a
+    GPU) and copied each run's tensors one by one: 100 calls per run (770 at S = 2, 2,170 at S = 16). Now 5
+    (450 and 520): the parameters and moments of all runs go back in one multi-tensor copy; per run there remain
+    the copies of its step counts and β powers (tensors first, so not in that copy), of its StepLR counters (on
+    the CPU), and of its rows into the merged shards the first time."""
+    from fedgca.training.lockstep import _Request
+
+    def requests(count):
+        out = []
+        for r in range(count):
+            models = _stack(range(3))
+            out.append(_Request(models, _shards([120, 90, 101], seed=r), seeding.client_rngs(r, "t", (0,), range(3)),
+                                50, reconstruction_loss(models, 1), tuple(models.params),
+                                torch.ones(3, dtype=torch.bool)))
+        return out
+
+    reads, calls = {}, {}
+    for count in (2, 16):
+        with _HostReads() as mode:
+            EpochBroker(count)._compute_group(requests(count))
+        reads[count] = mode.calls
+        reqs, broker = requests(count), EpochBroker(count)
+        calls[count] = _top_level_calls(lambda: broker._compute_group(reqs))
+    assert reads[2] == reads[16] and sum(reads[16].values()) <= 2, reads
+    grown = calls[16] - calls[2]
+    # per run: its step counts, β powers and StepLR counters, and its rows into the merged shards (the first epoch
+    # of a set of shards: kept after it); the participation mask's `to` is the CPU tensor itself, no copy
+    assert set(grown) <= {"aten::copy_", "aten::to"} and grown["aten::copy_"] <= 4 * 14, grown
+
+
 def test_an_evaluation_reads_back_as_often_for_more_clients(device_engine):
     """A whole evaluation (each client's own rows for τ, the test rows and their metrics) reads back the same
     few times for 2 clients as for 16: its own rows' scores once, the test metrics once (not the test scores)."""

@@ -27,21 +27,25 @@ OUTPUTS = ("metrics.csv", "metrics_clients.csv", "comm.json")
 def _grid() -> list[RunConfig]:
     base = dict(dataset="academic", rounds=2, recon_epochs=2, align_epochs=2, local_epochs=2, k=10,
                 val_fraction=0.2, threshold="val-quantile")
-    runs = [("gca", 100), ("gca", 200), ("gca", 300), ("fedavg", 100), ("fedprox", 100), ("single", 200),
-            ("centralized", 100), ("dpgca", 100)]
+    runs = [("gca", 100), ("gca", 200), ("gca", 300), ("fedavg", 100), ("fedprox", 100), ("fedprox", 200),
+            ("single", 200), ("centralized", 100), ("dpgca", 100)]
     extra = {"dpgca": {"dp_sigma": 1.0}}
     return [sweep.canonical(RunConfig(**base, method=m, seed=s, **extra.get(m, {}))) for m, s in runs]
 
 
 def test_stacked_runs_give_the_numbers_they_give_alone(tmp_path, data_dir, monkeypatch):
-    """Eight runs (GCA × 3 seeds, FedAvg, FedProx, Single-Client, Centralized, DP-GCA) through the batched
+    """Nine runs (GCA × 3 seeds, FedAvg, FedProx × 2, Single-Client, Centralized, DP-GCA) through the batched
     executor and one after another in this process: every metrics row, per-client row, comm record and saved
     detector is the same, bit for bit. GCA's alignment epochs were merged across runs (each client with its own
-    run's centroids) and the reconstruction epochs too."""
-    merged = []
-    real_merge = gca_training._merge_alignment
+    run's centroids), the reconstruction epochs too, and the two FedProx runs' epochs (each with its own θ^(r))."""
+    from fedgca.training import local as local_training
+
+    merged, proximal = [], []
+    real_merge, real_proximal = gca_training._merge_alignment, local_training._merge_proximal
     monkeypatch.setattr(gca_training, "_merge_alignment",
                         lambda parts, m: merged.append(len(parts)) or real_merge(parts, m))
+    monkeypatch.setattr(local_training, "_merge_proximal",
+                        lambda parts, m: proximal.append(len(parts)) or real_proximal(parts, m))
     configs = _grid()
     alone = sweep.run_sweep(configs, tmp_path / "alone", executor=LocalPool(0), data_dir=data_dir)
     t0 = time.perf_counter()
@@ -49,6 +53,7 @@ def test_stacked_runs_give_the_numbers_they_give_alone(tmp_path, data_dir, monke
     elapsed = time.perf_counter() - t0
     assert alone["finished"] == stacked["finished"] == len(configs) and not stacked["failed"]
     assert merged and max(merged) == 3  # the three GCA runs aligned as one
+    assert proximal and max(proximal) == 2  # the two FedProx runs' local epochs as one
     for cfg in configs:
         a, b = sweep.run_dir(tmp_path / "alone", cfg), sweep.run_dir(tmp_path / "stacked", cfg)
         for name in OUTPUTS:
@@ -123,6 +128,64 @@ def test_a_stacked_epoch_equals_each_stacks_own_epoch():
         for k in a.params:
             assert torch.equal(a.params[k], b.params[k]) and torch.equal(a.optim.exp_avg_sq[k], b.optim.exp_avg_sq[k])
         assert torch.equal(a.optim.epochs, b.optim.epochs)
+
+
+@pytest.mark.parametrize("engine", ["fused", "device"])
+def test_fedprox_epochs_of_several_runs_are_one_with_each_runs_numbers(engine, monkeypatch):
+    """FedProx's epochs (L_recon + c·||θ_i − θ^(r)||², each run with its own θ^(r)) are merged by the broker into
+    one stacked epoch, and every run gets the parameters, Adam state and losses of its epoch alone, bit for bit,
+    on the CPU's fused Adam and on the device engine's masked step. Before, a FedProx epoch always ran alone."""
+    from fedgca import seeding
+    from fedgca.models import init_model
+    from fedgca.training import local, stacked
+    from fedgca.training.local import ProximalTerm, reconstruction_loss
+    from fedgca.training.lockstep import _Request
+    from fedgca.training.stacked import StackedModels
+
+    monkeypatch.setattr(stacked, "device_engine", lambda device: engine == "device")
+    torch.set_num_threads(1)
+    sizes, coef = (3, 2, 1), 0.05
+
+    def stacks():
+        return [StackedModels([init_model(s, (21,), i) for i in range(c)]) for s, c in enumerate(sizes)]
+
+    rng = np.random.default_rng(0)
+    shards = [ClientShards.from_arrays([rng.standard_normal((80 + 7 * i, 21)).astype(np.float32) for i in range(c)])
+              for c in sizes]
+    # each run's θ^(r): another model per run, so every proximal term differs
+    centres = [{k: v.detach()[0].clone() for k, v in StackedModels([init_model(50 + s, (21,), 0)]).params.items()}
+               for s in range(len(sizes))]
+    alone, together = stacks(), stacks()
+    parts = [torch.tensor([True, False, True]), torch.ones(2, dtype=torch.bool), torch.ones(1, dtype=torch.bool)]
+
+    def loss(m, s):
+        return reconstruction_loss(m, 1, ProximalTerm(coef, m.params, centres[s]))
+
+    merges = []
+    real_merge = local._merge_proximal
+    monkeypatch.setattr(local, "_merge_proximal", lambda ps, m: merges.append(len(ps)) or real_merge(ps, m))
+    for epoch in range(2):
+        expected = [run_epoch(m, sh, seeding.client_rngs(s, "t", (epoch,), range(c)), 50, loss(m, s),
+                              list(m.params), p)
+                    for s, (m, sh, c, p) in enumerate(zip(alone, shards, sizes, parts))]
+        reqs = [_Request(m, sh, seeding.client_rngs(s, "t", (epoch,), range(c)), 50, loss(m, s), tuple(m.params), p)
+                for s, (m, sh, c, p) in enumerate(zip(together, shards, sizes, parts))]
+        assert len({r.group_key() for r in reqs}) == 1
+        EpochBroker(3)._compute_group(reqs)
+        for r, e in zip(reqs, expected):
+            assert r.error is None and r.merged_with == 3 and torch.equal(r.result, e)
+    assert merges == [3, 3]
+    for a, b in zip(alone, together):
+        assert a.optim.masked == (engine == "device")
+        for k in a.params:
+            assert torch.equal(a.params[k], b.params[k]), k
+            assert torch.equal(a.optim.exp_avg[k], b.optim.exp_avg[k])
+            assert torch.equal(a.optim.exp_avg_sq[k], b.optim.exp_avg_sq[k])
+    # another coefficient is another loss: never merged with these
+    other = _Request(together[0], shards[0], [], 50,
+                     reconstruction_loss(together[0], 1, ProximalTerm(2 * coef, together[0].params, centres[0])),
+                     tuple(together[0].params), parts[0])
+    assert other.group_key() != reqs[0].group_key()
 
 
 def test_a_stacked_epoch_that_fails_as_a_whole_is_computed_run_by_run(monkeypatch):

@@ -42,8 +42,21 @@ def reconstruction_loss(clients: StackedModels, n_feature_dims: int, extra_loss=
             torch._foreach_add_([grads[k] for k in keys], [term_grads[k] for k in keys])
             return value + term, grads
 
-        return HandDifferentiated(loss, with_term)  # never merged: each run has its own global model
+        # merged across runs (the batched engine) with each client's own run's global model beside it
+        return HandDifferentiated(loss, with_term, form=("recon", "proximal", extra_loss.coef),
+                                  merge=_merge_proximal, merge_data=extra_loss.global_params)
     return loss
+
+
+def _merge_proximal(parts: list, merged: StackedModels) -> HandDifferentiated:
+    """For the batched engine: FedProx losses of several runs ``[(loss, its clients)]`` as one over their
+    concatenated clients, each client's proximal term against its own run's θ^(r) (repeated along the client
+    axis: the same values, so the same differences, sums and gradients as the run's alone). The coefficient is
+    in the form, so it is the same for every part."""
+    coef = parts[0][0].form[-1]
+    centres = {k: torch.cat([loss.merge_data[k].detach().expand(n, *shape) for loss, n in parts])
+               for k, shape in ((k, p.shape[1:]) for k, p in merged.params.items())}
+    return reconstruction_loss(merged, 1, ProximalTerm(coef, merged.params, centres))
 
 
 class ProximalTerm:

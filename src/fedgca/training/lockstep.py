@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from fedgca.training.loop import ClientShards, run_epoch
-from fedgca.training.stacked import StackedAdam, StackedModels, concat_states, select_clients
+from fedgca.training.stacked import StackedAdam, StackedModels
 
 
 @dataclass
@@ -325,7 +325,7 @@ class EpochBroker:
             split = True
             split_models(merged, [r.clients for r in reqs])
             for r, part in zip(reqs, losses.split([r.clients.num_clients for r in reqs])):
-                r.result, r.merged_with = part.clone(), len(reqs)
+                r.result, r.merged_with = part, len(reqs)  # a view: one fresh tensor [ΣC], never written
         except BaseException as err:  # noqa: BLE001
             if split:  # a run's models may hold the stacked epoch's result already: no second try
                 for r in reqs:
@@ -375,8 +375,7 @@ def concat_models(stacks: list[StackedModels]) -> StackedModels:
     first = stacks[0]
     merged = _joined(stacks, {k: torch.cat([s.params[k].detach() for s in stacks]).requires_grad_(True)
                               for k in first.params})
-    merged.optim = StackedAdam(merged.params, first.optim.cfg, masked=first.optim.masked)
-    merged.optim.load_state_dict(concat_states([s.optim.state_dict() for s in stacks]))
+    merged.optim = StackedAdam.joined([s.optim for s in stacks], merged.params)
     return merged
 
 
@@ -405,15 +404,14 @@ def _pad_cat(blocks: list[Tensor]) -> Tensor:
 
 @torch.no_grad()
 def split_models(merged: StackedModels, stacks: list[StackedModels]) -> None:
-    """Copy each stack's slice of ``merged`` (parameters, Adam state) back into it."""
-    state = merged.optim.state_dict()
-    start = 0
-    for s in stacks:
-        sl = slice(start, start + s.num_clients)
-        for k, v in s.params.items():
-            v.copy_(merged.params[k][sl])
-        s.optim.load_state_dict(select_clients(state, sl))
-        start += s.num_clients
+    """Copy each stack's slice of ``merged`` (parameters, Adam state) back into it: the parameters and moments of
+    every stack in one multi-tensor copy."""
+    counts = [s.num_clients for s in stacks]
+    dst, src = [], []
+    for k, p in merged.params.items():
+        dst += [s.params[k] for s in stacks]
+        src += p.detach().split(counts)
+    merged.optim.split_into([s.optim for s in stacks], dst, src)
 
 
 __all__ = ["EpochBroker", "concat_models", "concat_params", "split_models"]

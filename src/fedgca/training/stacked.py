@@ -45,19 +45,24 @@ class StackedAdam:
     is not touched, nor is its state.
     """
 
-    def __init__(self, params: dict[str, Tensor], cfg: AdamConfig, masked: bool = False):
+    def __init__(self, params: dict[str, Tensor], cfg: AdamConfig, masked: bool = False,
+                 state: dict | None = None):
+        """``state``: buffers to adopt instead of a fresh state (``joined``): ``steps`` [tensors, C], ``m`` and
+        ``v`` by parameter, ``epochs``, and on the masked engine ``pows`` [tensors, C, 2]."""
         self.cfg = cfg
         self.masked = masked  # the device engine's step (``step_masked``) instead of the fused client-sliced one
         n_clients = next(iter(params.values())).shape[0]
         # float32 like torch.optim.Adam's `step`; the kernel advances it in place
         device = next(iter(params.values())).device
         # step counts [tensors, C], one row per tensor (``step_masked`` updates the rows it steps at once)
-        self._steps = torch.zeros(len(params), n_clients, device=device)
+        self._steps = torch.zeros(len(params), n_clients, device=device) if state is None else state["steps"]
         self.step_count = dict(zip(params, self._steps.unbind(0)))
-        self.exp_avg = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
-        self.exp_avg_sq = {k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
+        self.exp_avg = ({k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()} if state is None
+                        else state["m"])
+        self.exp_avg_sq = ({k: torch.zeros_like(p, requires_grad=False) for k, p in params.items()}
+                           if state is None else state["v"])
         # StepLR counters, one step per local epoch: schedule bookkeeping, on the CPU with the participation masks
-        self.epochs = torch.zeros(n_clients, dtype=torch.long, device="cpu")
+        self.epochs = torch.zeros(n_clients, dtype=torch.long, device="cpu") if state is None else state["epochs"]
         self._stacked = {k: p.detach() for k, p in params.items()}
         self._slice_numel = {k: p[0].numel() for k, p in params.items()}
         simd = _SIMD_FLOATS.get(torch.backends.cpu.get_cpu_capability())
@@ -66,7 +71,8 @@ class StackedAdam:
         self._lrs: list[float] | None = None  # per-client learning rates, until the StepLR counters move
         self._lr_dev: Tensor | None = None  # the same on the stack's device, for ``step_masked``
         # [β₁ᵗ, β₂ᵗ] per tensor and client [tensors, C, 2], as running products (``step_masked``'s bias corrections)
-        self._pows = torch.ones(len(params), n_clients, 2, device=device) if masked else None
+        self._pows = (None if not masked else torch.ones(len(params), n_clients, 2, device=device) if state is None
+                      else state["pows"])
         self.beta_pow = dict(zip(params, self._pows.unbind(0))) if masked else None
         self._order = {k: j for j, k in enumerate(params)}
         self._row_cache: dict[tuple, slice | Tensor] = {}
@@ -79,6 +85,45 @@ class StackedAdam:
                         self.step_count[k].unbind(0)))
             for k, p in params.items()
         }
+
+    @classmethod
+    def joined(cls, optims: list["StackedAdam"], params: dict[str, Tensor]) -> "StackedAdam":
+        """One optimiser over every client of ``optims`` (one configuration and engine), in order, for ``params``
+        (their parameters on one axis): each buffer one ``torch.cat``, so the calls do not grow with the number
+        of optimisers (the batched engine's stacked epoch; ``split_into`` copies back)."""
+        first = optims[0]
+
+        def cat(get, dim=0):
+            return torch.cat([get(o) for o in optims], dim)
+
+        state = {"steps": cat(lambda o: o._steps, 1), "epochs": cat(lambda o: o.epochs),
+                 "m": {k: cat(lambda o: o.exp_avg[k]) for k in first.exp_avg},
+                 "v": {k: cat(lambda o: o.exp_avg_sq[k]) for k in first.exp_avg_sq},
+                 "pows": cat(lambda o: o._pows, 1) if first.masked else None}
+        return cls(params, first.cfg, masked=first.masked, state=state)
+
+    @torch.no_grad()
+    def split_into(self, optims: list["StackedAdam"], dst: list[Tensor] = (), src: list[Tensor] = ()) -> None:
+        """Copy each of ``optims``' clients' state (its slice of this ``joined`` optimiser's, in order) back into
+        it, together with the tensor copies ``src`` → ``dst`` (the parameters): the moments, which have the
+        clients first, in one multi-tensor copy for all optimisers (a few launches on a GPU, not one per client
+        slice); step counts and β powers, which have the tensors first, one copy each per optimiser."""
+        counts = [o.epochs.numel() for o in optims]
+        dst, src = list(dst), list(src)
+        for mine, theirs in ((self.exp_avg, lambda o: o.exp_avg), (self.exp_avg_sq, lambda o: o.exp_avg_sq)):
+            for k, t in mine.items():
+                dst += [theirs(o)[k] for o in optims]
+                src += t.split(counts)
+        torch._foreach_copy_(dst, src)
+        per_optim = [(lambda o: o._steps, self._steps.split(counts, 1)), (lambda o: o.epochs, self.epochs.split(counts))]
+        if self.masked:
+            per_optim.append((lambda o: o._pows, self._pows.split(counts, 1)))
+        for get, parts in per_optim:
+            for o, part in zip(optims, parts):
+                get(o).copy_(part)
+        for o in optims:
+            o._lrs = o._lr_dev = None
+            o._sync_uniform()
 
     def lr(self) -> Tensor:
         return self.cfg.lr * self.cfg.lr_gamma ** (self.epochs // self.cfg.lr_step).to(torch.float64)
@@ -157,8 +202,9 @@ class StackedAdam:
         Kept up to date by ``step`` without reading the counts again (a subset of clients stepping makes a
         tensor non-uniform until a reset); a stale False only costs the client-by-client path, never a
         result. Set step counts through ``load_state_dict`` or ``reset``, never in place: a stale True would
-        step drifted clients with one shared count."""
-        self._uniform = {k: bool((t == t[0]).all()) for k, t in self.step_count.items()}
+        step drifted clients with one shared count. The masked step does not use it, and reading the counts
+        would be a host synchronisation per tensor on a GPU: all False there."""
+        self._uniform = {k: not self.masked and bool((t == t[0]).all()) for k, t in self.step_count.items()}
 
     @torch.no_grad()
     def step(self, grads: dict[str, Tensor], clients: list[int]) -> None:
@@ -256,12 +302,6 @@ def select_clients(state: dict, clients: slice) -> dict:
     """A ``StackedAdam.state_dict`` restricted to some clients (views; every entry has the clients first)."""
     return {key: ({k: t[clients] for k, t in v.items()} if isinstance(v, dict) else v[clients])
             for key, v in state.items()}
-
-
-def concat_states(states: list[dict]) -> dict:
-    """``StackedAdam.state_dict``s of several stacks as one, clients in order."""
-    return {key: ({k: torch.cat([st[key][k] for st in states]) for k in v} if isinstance(v, dict)
-                  else torch.cat([st[key] for st in states])) for key, v in states[0].items()}
 
 
 def _clone(v):
