@@ -15,9 +15,12 @@ fresh directory:
                     the pool's process starts: the stacking alone);
 * ``cpu-all``     — the local process pool, one worker per core;
 * ``batched-cpu`` — the batched engine (``--executor batched``) in one process on one core;
-* ``batched-all`` — the batched engine with one stack per core computing at once (``--workers`` cores);
+* ``batched-all`` — the batched engine with one stack per core computing at once (``--workers`` cores), as threads
+                    of one process;
+* ``batched-procs`` — the same, each stack in a worker process of its own (``--processes``);
 * ``gpu-1``       — one run after another on the GPU (``--device cuda``, in-process), when CUDA is available;
-* ``gpu-batched`` — the batched engine on the GPU, when CUDA is available.
+* ``gpu-batched`` — the batched engine on the GPU, when CUDA is available (``GPU_STACKS`` stacks as threads);
+* ``gpu-procs``   — the same with each stack in a worker process of its own (``--processes``).
 
 Reported per mode: wall seconds, runs per hour of these cut runs, the protocol FLOP rate (``experiments.cost``,
 the sweep's own prediction: training epochs, evaluations), its share of the matmul rate measured in the same
@@ -45,7 +48,8 @@ from fedgca.experiments import sweep
 from fedgca.experiments.executors import Batched, LocalPool
 from fedgca.threads import available_cores, limit_threads
 
-MODES = ("cpu-1", "inproc-1", "cpu-all", "batched-cpu", "batched-all", "gpu-1", "gpu-batched")
+MODES = ("cpu-1", "inproc-1", "cpu-all", "batched-cpu", "batched-all", "batched-procs", "gpu-1", "gpu-batched",
+         "gpu-procs")
 
 
 GPU_STACKS = 8  # stacks at once on the GPU, each on its own CUDA stream: not yet tuned on a card
@@ -82,7 +86,8 @@ def run_mode(mode: str, configs, data_dir, scratch: Path) -> float:
     shutil.rmtree(root, ignore_errors=True)
     where = {"cpu-1": LocalPool(1), "inproc-1": LocalPool(0), "cpu-all": LocalPool(available_cores()),
              "batched-cpu": Batched(), "batched-all": Batched(workers=available_cores()), "gpu-1": LocalPool(0),
-             "gpu-batched": Batched(workers=GPU_STACKS)}[mode]
+             "batched-procs": Batched(workers=available_cores(), processes=True),
+             "gpu-batched": Batched(workers=GPU_STACKS), "gpu-procs": Batched(workers=GPU_STACKS, processes=True)}[mode]
     t = time.perf_counter()
     res = sweep.run_sweep(configs, root, data_dir=data_dir, executor=where)
     wall = time.perf_counter() - t
@@ -129,7 +134,7 @@ def main() -> int:
             configs = grid(datasets, a.rounds, "cuda" if mode.startswith("gpu") else "cpu", mode_seeds.get(mode, a.seeds))
             flops = sum(sweep.predicted_flops(configs, a.data_dir).values())
             wall = run_mode(mode, configs, a.data_dir, Path(tmp))
-            peak = rate_gpu if mode.startswith("gpu") else rate_all if mode in ("cpu-all", "batched-all") else rate_1
+            peak = rate_gpu if mode.startswith("gpu") else rate_all if mode in ("cpu-all", "batched-all", "batched-procs") else rate_1
             rows.append((mode, len(configs), wall, 3600 * len(configs) / wall, flops / wall / 1e9, peak,
                          3600 * flops / wall / full_per_run))
     base = rows[0][3]  # runs per hour: modes may have run different numbers of seeds

@@ -14,9 +14,10 @@
 #     - the README's main job, magic GCA (R = 100), on the GPU; then where its time goes, part by part (R = 10,
 #       benchmarks/profile_run.py, ≤ 30 s)
 #     - the 25 ADBench files × the bench's five methods, seed 100, IID, no peers: 16 CPU workers vs the batched
-#       engine on the GPU, each for BENCH_S seconds
+#       engine on the GPU with its stacks in GPU_STACKS processes (--processes), each for BENCH_S seconds
 #     - the paper's tabular grid (4 presets × the paper's methods × 10 seeds, R = 20), largest runs first: one run
-#       after another in one process (INPROC_S s), 16 workers (GRID_S s), the batched engine on the GPU (GPU_GRID_S s)
+#       after another in one process (INPROC_S s), 16 workers (GRID_S s), the batched engine on the GPU with its
+#       stacks in processes of their own (GPU_GRID_S s)
 #   vision (≤ 4.5 min; timeout_s 300):
 #     command: bash benchmarks/gpu_check.sh vision
 #     carry:   [".gpu/whl", ".gpu/data/fashion_mnist", ".gpu/data/adbench"]
@@ -26,7 +27,8 @@
 #     - an evaluation's detection metrics for 1, 8 and 32 runs: NumPy on the host vs where the scores are, on the
 #       GPU (benchmarks/bench_metrics.py, ≤ 15 s)
 #     - Fashion-MNIST GCA R = 10 on the GPU (FM_GPU_S s at most)
-#     - the 25-file bench on the GPU from 4 processes of 4 stacks each (BENCH_S s)
+#     - the 25-file bench on the GPU with its GPU_STACKS stacks as threads of one process (BENCH_S s): against the
+#       tabular part's --processes figure, what one interpreter lock costs
 #     - Fashion-MNIST GCA on 16 CPU threads (FM_CPU_S s: the rounds and epochs it reaches)
 #
 # A window's work is what its runs completed, read afterwards here (not on the device's time): the runs' small
@@ -49,7 +51,9 @@ FM_GPU_S=${FM_GPU_S:-100}
 FM_CPU_S=${FM_CPU_S:-45}
 CORES=${CORES:-16}
 GPU=${GPU:-cuda}  # GPU=cpu: a smoke test of the script itself on a machine without one
-GPU_STACKS=${GPU_STACKS:-8}  # the batched engine's stacks at once, each on its own CUDA stream (not yet tuned)
+# the batched engine's stacks at once, each on its own CUDA stream (not yet tuned on a card): with --processes each
+# in a worker process of its own (one core each), else threads of one process
+GPU_STACKS=${GPU_STACKS:-16}
 BACK=${OUT:-$WORK-out}  # what comes back from the device machine
 LOG=$BACK/gpu_check_$PART.txt
 mkdir -p "$WORK" "$(dirname "$LOG")"
@@ -118,7 +122,7 @@ if [ "$PART" = tabular ]; then
     echo "cpu ($CORES workers): $(timed "$BENCH_S" "$WORK/bench_cpu" $FEDGCA bench "$DATA/adbench" --out "$WORK/bench_cpu" \
         --seeds 100 --peers none --workers "$CORES" --no-plots)"
     echo "gpu (batched engine): $(timed "$BENCH_S" "$WORK/bench_gpu" $FEDGCA bench "$DATA/adbench" --out "$WORK/bench_gpu" \
-        --seeds 100 --peers none --executor batched --workers "$GPU_STACKS" --set device="$GPU" --no-plots)"
+        --seeds 100 --peers none --executor batched --workers "$GPU_STACKS" --processes --set device="$GPU" --no-plots)"
     keep
 
     say "the paper's tabular grid, 10 seeds, R = 20, largest runs first"
@@ -132,7 +136,7 @@ if [ "$PART" = tabular ]; then
         case $mode in
             inproc-1) spec=grid_cpu limit=$INPROC_S args=(--workers 0) ;;
             cpu-all) spec=grid_cpu limit=$GRID_S args=(--workers "$CORES") ;;
-            gpu-batched) spec=grid_$GPU limit=$GPU_GRID_S args=(--executor batched --workers "$GPU_STACKS") ;;
+            gpu-batched) spec=grid_$GPU limit=$GPU_GRID_S args=(--executor batched --workers "$GPU_STACKS" --processes) ;;
         esac
         echo "$mode: $(timed "$limit" "$WORK/grid_$mode" $FEDGCA sweep "$WORK/$spec.toml" --out "$WORK/grid_$mode" \
             --data-dir "$DATA" --order longest-first "${args[@]}")"
@@ -154,19 +158,11 @@ elif [ "$PART" = vision ]; then
     echo "$GPU: rc $? in $((SECONDS - t0)) s; $(summary "$WORK/fmnist_$GPU")"
     keep
     if [ -d "$DATA/adbench" ]; then
-        say "25 ADBench files on the GPU from 4 processes of 4 stacks each (does one process's GIL bound it?), $BENCH_S s"
-        files=("$DATA"/adbench/*.npz)
-        pids=()
-        for p in 0 1 2 3; do
-            group=()
-            for i in "${!files[@]}"; do [ $((i % 4)) = "$p" ] && group+=("${files[$i]}"); done
-            rm -rf "$WORK/bench_gpu4_$p"
-            timed "$BENCH_S" "$WORK/bench_gpu4_$p" $FEDGCA bench "${group[@]}" --out "$WORK/bench_gpu4_$p" --seeds 100 \
-                --peers none --executor batched --workers 4 --set device="$GPU" --no-plots &
-            pids+=($!)
-        done
-        # these four only: a bare `wait` also waits for nvidia-smi dmon and the log's tee, which never end
-        wait "${pids[@]}"
+        say "25 ADBench files on the GPU, $GPU_STACKS stacks as threads of one process (the tabular part: --processes), $BENCH_S s"
+        rm -rf "$WORK/bench_gpu_threads"
+        echo "gpu (batched engine, one process): $(timed "$BENCH_S" "$WORK/bench_gpu_threads" $FEDGCA bench "$DATA/adbench" \
+            --out "$WORK/bench_gpu_threads" --seeds 100 --peers none --executor batched --workers "$GPU_STACKS" \
+            --set device="$GPU" --no-plots)"
         keep
     fi
     say "Fashion-MNIST GCA on $CORES CPU threads (at most $FM_CPU_S s: the rounds it reaches)"

@@ -73,7 +73,8 @@ def test_stacked_runs_give_the_numbers_they_give_alone(tmp_path, data_dir, monke
 
 def test_stacks_computed_at_once_give_the_numbers_they_give_alone(tmp_path, data_dir, monkeypatch):
     """Four runs in stacks of two, both stacks at once (``--workers 2``): each stack's broker and threads run
-    beside the other's, and every run's files are those of the runs one after another."""
+    beside the other's, and every run's files are those of the runs one after another; the same with
+    ``--processes``, each stack's runs in one worker process of its own."""
     configs = [c for c in _grid() if c.method in ("gca", "fedavg")]
     finished_at_start = []  # runs finished when each stack started: none for both, if they ran at once
     real_start = batched_executor._start_group
@@ -89,8 +90,61 @@ def test_stacks_computed_at_once_give_the_numbers_they_give_alone(tmp_path, data
     together = sweep.run_sweep(configs, tmp_path / "together", executor=Batched(stack=2, workers=2),
                                data_dir=data_dir)
     assert alone["finished"] == together["finished"] == 4 and finished_at_start == [0, 0]
+    # --processes: each stack in a worker process of its own, both at once
+    apart = sweep.run_sweep(configs, tmp_path / "apart", executor=Batched(stack=2, workers=2, processes=True),
+                            data_dir=data_dir)
+    assert apart["finished"] == 4
+    started = [e for e in sweep.Ledger(tmp_path / "apart" / sweep.LEDGER).events() if e["event"] == "started"]
+    by_pid = {}
+    for e in started:
+        by_pid.setdefault(e["pid"], set()).add(e["key"])
+    stacks = sorted(sorted(c.key() for c in g) for g in batched_executor.stacks(configs, 2))
+    assert sorted(sorted(keys) for keys in by_pid.values()) == stacks and os.getpid() not in by_pid
     for cfg in configs:
-        a, b = sweep.run_dir(tmp_path / "alone", cfg), sweep.run_dir(tmp_path / "together", cfg)
+        a = sweep.run_dir(tmp_path / "alone", cfg)
+        for other in ("together", "apart"):
+            b = sweep.run_dir(tmp_path / other, cfg)
+            for name in OUTPUTS:
+                assert (a / name).read_bytes() == (b / name).read_bytes(), (other, cfg.method, cfg.seed, name)
+
+
+@pytest.mark.slow
+def test_a_stack_whose_worker_process_is_killed_resumes_to_the_same_numbers(tmp_path, data_dir):
+    """``--processes``: SIGKILL the worker process of one stack once one of its runs has checkpointed a round. The
+    pool breaks, as the local pool's does; the runs that had started are computed again, a stack at a time in a
+    process of its own, from their checkpoints; every run finishes once, with the files of the runs alone."""
+    import dataclasses
+    import threading
+
+    configs = [sweep.canonical(dataclasses.replace(c, rounds=4)) for c in _grid() if c.method in ("gca", "fedavg")]
+    root = tmp_path / "apart"
+    killed: list = []
+
+    def kill_a_worker():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for cfg in configs:
+                if (sweep.run_dir(root, cfg) / "checkpoint.pt").exists():
+                    pids = [e["pid"] for e in sweep.Ledger(root / sweep.LEDGER).events()
+                            if e["event"] == "started" and e["key"] == cfg.key()]
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.append(cfg.key())
+                    return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_a_worker, daemon=True)
+    killer.start()
+    res = sweep.run_sweep(configs, root, executor=Batched(stack=2, workers=2, processes=True), data_dir=data_dir)
+    killer.join(timeout=5)
+    assert killed and res["finished"] == 4 and not res["failed"], res
+    events = sweep.Ledger(root / sweep.LEDGER).events()
+    resumed = {e["key"] for e in events if e["event"] == "started" and e.get("resume")}
+    assert killed[0] in resumed  # computed again from its checkpoint
+    assert sorted(e["key"] for e in events if e["event"] == "finished") == sorted(c.key() for c in configs)
+    alone = sweep.run_sweep(configs, tmp_path / "alone", executor=LocalPool(0), data_dir=data_dir)
+    assert alone["finished"] == 4
+    for cfg in configs:
+        a, b = sweep.run_dir(tmp_path / "alone", cfg), sweep.run_dir(root, cfg)
         for name in OUTPUTS:
             assert (a / name).read_bytes() == (b / name).read_bytes(), (cfg.method, cfg.seed, name)
 
@@ -238,8 +292,13 @@ def test_stacks_group_by_dataset_and_device_in_order():
                                                                   [("adult", 1)]]
     with pytest.raises(ValueError, match="--stack must be at least 1"):
         executor("batched", stack=0)
-    with pytest.raises(ValueError, match="--stack is the batched executor's"):
+    with pytest.raises(ValueError, match="--stack and --processes are the batched executor's"):
         executor("local", stack=4)
+    with pytest.raises(ValueError, match="--stack and --processes are the batched executor's"):
+        executor("ray", processes=True)
+    with pytest.raises(ValueError, match="--workers must be at least 1"):
+        executor("batched", processes=True, workers=0)
+    assert executor("batched", processes=True, workers=3) == Batched(workers=3, processes=True)
 
 
 def test_a_failing_run_leaves_the_stack_and_the_others_finish(tmp_path, data_dir):

@@ -138,14 +138,16 @@ def run(data, method: str = "gca", *, out=None, data_dir=None, resume: bool = Fa
 
 
 def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data_dir=None, executor: str = "local",
-            address: str | None = None, gpus_per_run: float = 0.0, stack: int | None = None, **options):
+            address: str | None = None, gpus_per_run: float = 0.0, stack: int | None = None,
+            processes: bool = False, **options):
     """Run ``methods`` × ``seeds`` on ``data`` (a resumable sweep in ``out``) and return the comparison table:
     a DataFrame with one row per method — mean and sample std over seeds of the final, peak (the paper's,
     chosen with test labels) and selected accuracy, AUROC and AUPRC. ``out`` also gets comparison.md/.csv
     and runs.csv, as ``fedgca compare`` writes them. ``executor="ray"`` runs each run as a Ray task, on the
     cluster at ``address`` or on a local Ray instance of ``workers`` CPUs (``pip install 'fedgca[ray]'``);
     ``executor="batched"`` computes the runs' local epochs together in this process (for a GPU: ``device="cuda"``),
-    at most ``stack`` runs at once; ``gpus_per_run``: the GPU share each Ray task asks for."""
+    at most ``stack`` runs at once (``processes=True``: each of the ``workers`` stacks at once in a worker process
+    of its own); ``gpus_per_run``: the GPU share each Ray task asks for."""
     import pandas as pd
 
     from fedgca.experiments import compare as grid
@@ -161,7 +163,8 @@ def compare(data, methods=None, seeds=SEEDS, *, out=None, workers: int = 1, data
     # one worker: in this process (no process to start); more: worker processes that never re-run the caller's
     # script (experiments.pool.bare_main), so a plain script, `python -` and a notebook all work without a __main__ guard
     workers = 0 if executor == "local" and workers == 1 else workers
-    where = executors.executor(executor, workers=workers, address=address, gpus_per_run=gpus_per_run, stack=stack)
+    where = executors.executor(executor, workers=workers, address=address, gpus_per_run=gpus_per_run, stack=stack,
+                               processes=processes)
     configs = grid.grid(base, [name], methods, list(seeds), source if not source.is_builtin else None, options)
     summaries = grid.run_grid(configs, out, data_dir=data_dir, sources={name: source}, executor=where)
     comparison.write_outputs(out, summaries, methods)

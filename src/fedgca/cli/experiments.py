@@ -30,6 +30,10 @@ def _add_executor_options(p) -> None:
                         "stacked computation (for a GPU: --device cuda; same numbers as alone)")
     p.add_argument("--stack", type=int,
                    help="with --executor batched: the most runs computed together [default: 64]")
+    p.add_argument("--processes", action="store_true",
+                   help="with --executor batched: each of the --workers stacks computed at once in a worker "
+                        "process of its own (forked warm), not as threads of this one: the stacks' host work then "
+                        "does not share one interpreter lock (for a GPU fed from many cores)")
     p.add_argument("--address", help="with --executor ray: the cluster's address (HOST:PORT, or auto for one "
                                      "started on this machine with `ray start --head --node-ip-address ...`: "
                                      "docs/cluster.md)")
@@ -43,7 +47,7 @@ def executor_from_args(args):
     from fedgca.experiments.executors import executor
 
     return executor(args.executor, workers=args.workers, address=args.address, gpus_per_run=args.gpus_per_run,
-                    stack=args.stack, verbose=getattr(args, "verbose", False))
+                    stack=args.stack, processes=args.processes, verbose=getattr(args, "verbose", False))
 
 
 def register(sub) -> None:

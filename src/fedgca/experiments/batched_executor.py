@@ -8,12 +8,14 @@ Each run's numbers are the ones it gives alone on the same device (tests/test_lo
 resumes like any other: each run from its last checkpoint.
 
 Stacks of different datasets (or of one dataset's runs beyond ``stack``) compute ``--workers`` at a time, each with
-its own threads and, on a GPU, its own CUDA stream. Meant for a GPU, where one run leaves the card launch-bound; on
-CPU cores the process pool is as fast.
+its own threads and, on a GPU, its own CUDA stream — in this process, or with ``--processes`` each in a worker
+process of its own (``run_in_processes``), so that the stacks' host work does not share one interpreter lock. Meant
+for a GPU, where one run leaves the card launch-bound; on CPU cores the process pool is as fast.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 from collections import OrderedDict
@@ -89,4 +91,29 @@ def _start_group(gi: int, group: list, by_key: dict, execute, done: queue.Queue,
         threading.Thread(target=one, args=by_key[cfg.key()], daemon=True, name=f"run-{cfg.key()}").start()
 
 
-__all__ = ["DEFAULT_STACK", "run_all", "stacks"]
+def run_in_processes(jobs: list[tuple], execute, on_result, *, stack: int, workers: int, verbose: bool,
+                     ledger) -> None:
+    """The stacks in worker processes, ``workers`` at once, one stack per process (``--processes``): forked warm
+    and recovered from a worker's death as the local pool's runs are (``local_executor.run_units``). ``jobs``:
+    (cfg, run directory, ``execute``'s arguments) per run; ``on_result`` here as each stack ends.
+
+    Why: in one process every run's host work (its round's Python, the server's code, checkpoints) holds that
+    process's one interpreter lock, which bounds a GPU fed by many small runs (docs/performance.md); here each
+    stack has a lock of its own. A stack's numbers are the same in any process (tests/test_lockstep.py)."""
+    from fedgca.experiments import local_executor
+
+    by_key = {job[0].key(): job for job in jobs}
+    units = [[by_key[cfg.key()] for cfg in group] for group in stacks([job[0] for job in jobs], stack)]
+    local_executor.run_units(units, functools.partial(run_stack, execute), on_result, workers=workers,
+                             verbose=verbose, ledger=ledger)
+
+
+def run_stack(execute, jobs: list[tuple]) -> list[dict]:
+    """One stack in this (worker) process: its runs' results in order."""
+    results: dict = {}
+    run_all([(cfg, args) for cfg, _, args in jobs], execute, lambda cfg, res: results.__setitem__(cfg.key(), res),
+            stack=len(jobs))
+    return [results[cfg.key()] for cfg, _, _ in jobs]
+
+
+__all__ = ["DEFAULT_STACK", "run_all", "run_in_processes", "run_stack", "stacks"]

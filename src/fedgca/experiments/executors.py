@@ -95,43 +95,56 @@ class Batched:
 
     stack: int | None = None
     workers: int = 1
+    processes: bool = False  # each of the ``workers`` stacks at once in a worker process of its own
+    verbose: bool = False
 
     def __post_init__(self):
         if self.stack is not None and self.stack < 1:
             raise ValueError(f"--stack must be at least 1, got {self.stack}")
 
     def describe(self) -> str:
-        return "the batched engine"
+        return "the batched engine" + (f" ({self.workers} processes)" if self.processes else "")
 
     def require(self) -> None:
         pass
 
     def run(self, runs: Runs) -> None:
         from fedgca.experiments import batched_executor
+        from fedgca.experiments.pool import bare_main
 
+        stack = self.stack or batched_executor.DEFAULT_STACK
+        if self.processes:
+            jobs = [(c, runs.run_dir(c), runs.args(c)) for c in runs.todo]
+            with bare_main():  # as the local pool's workers: they never re-run the caller's script
+                batched_executor.run_in_processes(jobs, runs.execute, runs.on_result, stack=stack,
+                                                  workers=max(1, self.workers), verbose=self.verbose,
+                                                  ledger=runs.ledger)
+            return
         jobs = [(c, runs.args(c)) for c in runs.todo]
-        batched_executor.run_all(jobs, runs.execute, runs.on_result, stack=self.stack or batched_executor.DEFAULT_STACK,
-                                 concurrent=max(1, self.workers))
+        batched_executor.run_all(jobs, runs.execute, runs.on_result, stack=stack, concurrent=max(1, self.workers))
 
 
 Executor = LocalPool | RayTasks | Batched
 
 
 def executor(kind: str = "local", *, workers: int = 1, address: str | None = None, gpus_per_run: float = 0.0,
-             stack: int | None = None, verbose: bool = False) -> Executor:
+             stack: int | None = None, processes: bool = False, verbose: bool = False) -> Executor:
     """The executor the options name; every option another executor reads is refused in one line."""
     if kind not in KINDS:
         raise ValueError(f"--executor {kind!r}: choose one of {', '.join(KINDS)}")
     if (address or gpus_per_run) and kind != "ray":
         raise ValueError("--address and --gpus-per-run are the Ray executor's: add --executor ray")
-    if stack is not None and kind != "batched":
-        raise ValueError("--stack is the batched executor's: add --executor batched")
+    if (stack is not None or processes) and kind != "batched":
+        raise ValueError("--stack and --processes are the batched executor's: add --executor batched")
+    if processes and workers < 1:
+        raise ValueError(f"--processes computes --workers stacks at once, one per process: --workers must be at "
+                         f"least 1, got {workers}")
     if not 0 <= gpus_per_run <= 8:
         raise ValueError(f"--gpus-per-run must be in [0, 8], got {gpus_per_run!r}")
     if kind == "ray":
         return RayTasks(workers=workers, address=address, gpus_per_run=gpus_per_run, verbose=verbose)
     if kind == "batched":
-        return Batched(stack=stack, workers=workers)
+        return Batched(stack=stack, workers=workers, processes=processes, verbose=verbose)
     return LocalPool(workers=workers, verbose=verbose)
 
 

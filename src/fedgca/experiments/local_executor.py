@@ -4,6 +4,7 @@ worker that dies."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 from pathlib import Path
 
 from fedgca.experiments.ledger import Ledger
@@ -20,55 +21,76 @@ def run_all(jobs: list[tuple], execute, on_result, *, workers: int, verbose: boo
         for cfg, _, args in jobs:
             on_result(cfg, execute(*args))
         return
-    workers = max(1, min(int(workers), len(jobs)))
+    run_units([[job] for job in jobs], functools.partial(_each, execute), on_result, workers=workers,
+              verbose=verbose, ledger=ledger)
+
+
+def _each(execute, jobs: list[tuple]) -> list[dict]:
+    """A unit of single runs, in the worker: each run's result."""
+    return [execute(*args) for _, _, args in jobs]
+
+
+def run_units(units: list[list[tuple]], call, on_result, *, workers: int, verbose: bool, ledger: Ledger) -> None:
+    """Units of runs in a pool of ``workers`` processes, one fresh process per unit: ``units`` are lists of jobs
+    (cfg, run directory, arguments), ``call(unit)`` (picklable) computes one in a worker and returns its runs'
+    results in order; ``on_result(cfg, result)`` here as each unit ends. A unit is one run (``run_all``) or a
+    stack of the batched engine (``batched_executor.run_in_processes``)."""
+    workers = max(1, min(int(workers), len(units)))
     # One thread per run, as `fedgca run` uses: a second thread bought ~6 % alone, and a sweep that took
     # cores // workers threads beside other load (another sweep) ran ~5× slower.
     threads = 1
     ctx = worker_context()
-    pending, suspects = list(jobs), []
+    pending, suspects = list(units), []
     while pending or suspects:
         # A worker that dies (killed, out of memory) breaks the whole pool. Runs that had not started are
-        # submitted again; runs that were in flight are re-run one at a time in a pool of their own, and
+        # submitted again; runs that were in flight are re-run one unit at a time in a pool of their own, and
         # only a run that breaks its own pool is recorded as failed.
         if pending:
             batch, n, isolated = pending, workers, False
         else:
             batch, n, isolated = [suspects.pop(0)], 1, True
         events_before = len(ledger.events())
-        broken: list[tuple] = []
+        broken: list[list[tuple]] = []
         pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=1,
                                       initializer=_worker_init, initargs=(threads, verbose))
         completed = False
         try:
-            futures = {pool.submit(execute, *job[2]): job for job in batch}
+            futures = {pool.submit(call, unit): unit for unit in batch}
             for fut in cf.as_completed(futures):
-                job = futures[fut]
+                unit = futures[fut]
                 try:
-                    res = fut.result()
+                    results = fut.result()
                 except cf.process.BrokenProcessPool:
-                    broken.append(job)
+                    broken.append(unit)
                     continue
-                on_result(job[0], res)
+                for job, res in zip(unit, results):
+                    on_result(job[0], res)
             completed = not broken
         finally:
-            # The pool replaces each worker after its run. Forked warm, the replacements are up at once and exit
+            # The pool replaces each worker after its unit. Forked warm, the replacements are up at once and exit
             # cleanly; fresh interpreters would still be importing torch, and a SIGTERM while waiting for them left
             # them orphaned (each printed a SemLock traceback): those, and every pool that stops early, are stopped.
             finish(pool, completed, slow_replacements=ctx.get_start_method() != "forkserver")
         started = {e["key"] for e in ledger.events()[events_before:] if e.get("event") == "started"}
         if broken and not started:  # the pool broke before any run started: do not loop forever
-            started = {job[0].key() for job in broken}
+            started = {job[0].key() for unit in broken for job in unit}
         pending = []
-        for job in broken:
-            cfg, out = job[0], Path(job[1])
-            if (out / SUMMARY).exists():
-                on_result(cfg, {"status": "finished", "recovered": True})
-            elif cfg.key() not in started:
-                pending.append(job)
+        for unit in broken:
+            left = []
+            for job in unit:
+                if (Path(job[1]) / SUMMARY).exists():
+                    on_result(job[0], {"status": "finished", "recovered": True})
+                else:
+                    left.append(job)
+            if not left:
+                continue
+            if not any(job[0].key() in started for job in left):
+                pending.append(left)
             elif not isolated:
-                suspects.append(job)
+                suspects.append(left)
             else:
-                on_result(cfg, {"status": "failed", "error": DIED})
+                for job in left:
+                    on_result(job[0], {"status": "failed", "error": DIED})
 
 
-__all__ = ["DIED", "run_all"]
+__all__ = ["DIED", "run_all", "run_units"]
