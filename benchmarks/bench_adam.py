@@ -24,6 +24,7 @@ import time
 import torch
 
 from fedgca.config import RunConfig
+from fedgca.data.source import DataSource
 from fedgca.simulation.federation import build_federation
 from fedgca.training.stacked import StackedModels
 
@@ -53,7 +54,8 @@ def median_ms(fn, repeat: int) -> float:
 
 
 def bench(dataset: str, data_dir, drifted: bool, repeat: int) -> dict:
-    stack = build_federation(RunConfig(dataset=dataset, method="gca").resolved(), data_dir).clients
+    stack = build_federation(RunConfig(dataset=dataset, method="gca").resolved(),
+                             DataSource.builtin(dataset, data_dir)).clients
     if drifted:  # client i has taken i more steps than client 0; set through load_state_dict, which
         # re-reads which tensors' counts are uniform (an in-place edit of the counts would leave that stale)
         state = stack.optim.state_dict()

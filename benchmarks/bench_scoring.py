@@ -24,6 +24,7 @@ import fedgca.evaluation.metrics as metrics
 from fedgca.config import RunConfig
 from fedgca.models import forward_cost
 from fedgca.protocol.losses import reconstruction_per_row
+from fedgca.data.source import DataSource
 from fedgca.simulation.federation import build_federation
 from fedgca.threads import limit_threads
 
@@ -74,7 +75,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     limit_threads(args.threads)
-    fed = build_federation(RunConfig(dataset=args.dataset, method="gca").resolved(), args.data_dir)
+    fed = build_federation(RunConfig(dataset=args.dataset, method="gca").resolved(),
+                           DataSource.builtin(args.dataset, args.data_dir))
     clients, x = fed.clients, fed.test_x
     flops = 2 * forward_cost(fed.template, tuple(x.shape[1:]))[0] * clients.num_clients * len(x)
     default_rows = metrics.chunk_rows(x.shape[1:])

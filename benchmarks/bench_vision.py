@@ -1,7 +1,7 @@
 """Seconds per GCA and FedAvg round on a vision preset, from timed components, for two stacked engines.
 
     .venv/bin/python benchmarks/bench_vision.py [--data-dir ../shared/data] [--dataset fashion_mnist]
-                                                [--threads 1] [--engines vmap,per-client]
+                                                [--threads 1] [--engines vmap,per-client] [--device cpu|cuda]
 
 Builds the preset federation (Fashion-MNIST: C = 20, 300 images each, ConvAE with P = 334,609 and
 F = 16.8 M multiply-adds per image, K = 10, ρ = 0.1) and times, with the simulator's own functions:
@@ -18,7 +18,8 @@ engine before this benchmark) and ``per-client`` (one convolution per client, th
 ``StackedModels._per_client``). Protocol FLOPs per ``fedgca.experiments.cost`` (6F per trained image,
 6F_enc per aligned image, 2F per scored image), against this run's sgemm rate at the same thread count.
 The round totals are sums of measured components (a full run measures the same: summary.json's
-wall_seconds).
+wall_seconds). ``--device cuda``: the same on a GPU (each component timed to its last kernel; the roof is the card's
+sgemm rate), where one grouped convolution (vmap) may beat the CPU's choice of one convolution per client.
 """
 from __future__ import annotations
 
@@ -46,9 +47,14 @@ from fedgca.threads import limit_threads  # noqa: E402
 from fedgca.training import gca as gca_training  # noqa: E402
 
 
+_sync = (lambda: None)  # torch.cuda.synchronize under --device cuda: a component's time includes its kernels
+
+
 def timed(fn) -> float:
+    _sync()
     t = time.perf_counter()
     fn()
+    _sync()
     return time.perf_counter() - t
 
 
@@ -60,7 +66,7 @@ def use_vmap(clients) -> None:
 
 
 def components(cfg: RunConfig, data_dir, engine: str) -> dict:
-    fed = build_federation(cfg, data_dir)
+    fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
     if engine == "vmap":
         use_vmap(fed.clients)
     method = Simulation(fed)
@@ -89,13 +95,24 @@ def main() -> None:
     ap.add_argument("--dataset", default="fashion_mnist")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--engines", default="vmap,per-client")
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     limit_threads(args.threads)
-    cfg = RunConfig(dataset=args.dataset, method="gca", rounds=1).resolved()
+    cfg = RunConfig(dataset=args.dataset, method="gca", rounds=1, device=args.device).resolved()
     engines = args.engines.split(",")
-    roof = sgemm_gflops()
+    if args.device.startswith("cuda"):
+        import torch
+
+        from bench_throughput import sgemm_gflops as device_sgemm
+
+        global _sync
+        _sync = torch.cuda.synchronize
+        rate = (lambda: device_sgemm("cuda", 8192))
+    else:
+        rate = sgemm_gflops
+    roof = rate()
     runs = {e: components(cfg, args.data_dir, e) for e in engines}
-    roof = max(roof, sgemm_gflops())
+    roof = max(roof, rate())
     first = runs[engines[0]]
     fed, g = first["fed"], first["g"]
     sizes = cost.sizes(cfg, DataSource.builtin(cfg.dataset, args.data_dir))
@@ -104,7 +121,8 @@ def main() -> None:
           "eval": parts["eval"] / (g.recon_epochs + 1), "gmm": 0.0}
     print(f"{args.dataset}: C = {fed.num_clients}, {int(fed.shards.sizes.sum())} training images, "
           f"U = {first['codes']} codes of {fed.latent_dim} dims, K = {g.k} ({first['k_kept']} kept); "
-          f"F = {sizes.forward:,} multiply-adds per image; {args.threads} thread(s); sgemm 1024³ {roof:.1f} GFLOP/s; "
+          f"F = {sizes.forward:,} multiply-adds per image; device {args.device}, {args.threads} thread(s); "
+          f"sgemm {roof:.1f} GFLOP/s; "
           f"load average {tuple(round(x, 2) for x in os.getloadavg())}")
     head = "".join(f" {e + ' s':>15} {'% roof':>7}" for e in engines)
     print(f"\n{'component':<52} {'GFLOP':>8}{head}" + (f" {'ratio':>7}" if len(engines) == 2 else ""))

@@ -397,6 +397,7 @@ LOAD_CHILD = textwrap.dedent("""
     limit_threads(1)  # what `fedgca run` does
     from fedgca.config import RunConfig
     from fedgca.data.dataset import FederatedDataset
+    from fedgca.data.source import DataSource
     from fedgca.simulation.federation import build_federation, memory_estimate
     engine, clients, rows, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     rng = np.random.default_rng(0)
@@ -411,7 +412,7 @@ LOAD_CHILD = textwrap.dedent("""
     if engine == "simulator":
         from fedgca.simulation.runner import run
         try:
-            fed = build_federation(cfg, dataset=ds)
+            fed = build_federation(cfg, DataSource.builtin("credit", download=False), dataset=ds)
         except ValueError as err:  # what `fedgca run` prints as its one error line
             print(json.dumps({"error": f"fedgca: error: {err}", "seconds": time.perf_counter() - t0,
                               "estimate": est}))

@@ -13,6 +13,7 @@ import numpy as np
 
 from fedgca.config import SEEDS, RunConfig
 from fedgca.evaluation.metrics import evaluate_clients, shard_scores
+from fedgca.data.source import DataSource, source_for
 from fedgca.simulation.federation import build_federation
 from fedgca.threads import limit_threads
 
@@ -21,7 +22,7 @@ def untrained_auroc(cfg: RunConfig, data=None) -> tuple[float, float]:
     """(accuracy, AUROC) of a run's initial models — its federation built, nothing trained, τ from its validation
     rows. ``data``: the built-in datasets' directory, or own data's source. (scripts/dp_frontier.py and
     scripts/adbench_untrained.py use it too.)"""
-    fed = build_federation(cfg.resolved(), data)
+    fed = build_federation(cfg.resolved(), data if isinstance(data, DataSource) else source_for(cfg.dataset, data))
     val = shard_scores(fed.clients, fed.val_shards)
     r = evaluate_clients(fed.clients, fed.shards, fed.test_x, fed.dataset.test_y, cfg.quantile, val)
     return r["accuracy"], r["auroc"]
