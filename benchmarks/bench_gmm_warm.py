@@ -33,8 +33,8 @@ def record_rounds(cfg: RunConfig, data_dir) -> list[tuple[np.ndarray, np.ndarray
     seen = []
     real = gca.aggregate_codes
 
-    def recording(uploads, gcfg, seed, previous=None):
-        out = real(uploads, gcfg, seed, previous)
+    def recording(uploads, gcfg, seed, previous=None, **kw):
+        out = real(uploads, gcfg, seed, previous, **kw)
         seen.append((np.concatenate([u for u in uploads if u is not None and len(u)]), out.centroids))
         return out
 
