@@ -159,3 +159,38 @@ def test_failed_start_leaves_no_process(tmp_path):
             raise RuntimeError("test failure inside the deployment")
     time.sleep(0.5)
     assert _alive_among(pids + [p.pid for p in dep._all]) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="process-tree cleanup check needs /proc")
+def test_a_sigterm_stops_deploy_local_and_every_process_it_started(tmp_path, data_dir):
+    """`fedgca flower deploy-local` stopped by SIGTERM (`timeout`, `kill`, a scheduler) while its run is under way:
+    one line, exit 130, and no SuperLink, SuperNode or SuperExec left listening. Before, SIGTERM ended the process
+    at once and left them all running (they have sessions of their own)."""
+    import signal
+    import subprocess
+    import sys
+
+    from fedgca.flower.deploy import descendants
+
+    err_path = tmp_path / "stderr.txt"
+    cmd = [sys.executable, "-m", "fedgca.cli.main", "flower", "deploy-local", "--dataset", "academic", "--clients",
+           "2", "--rounds", "50", "--data-dir", str(data_dir), "--out", str(tmp_path / "out")]
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 120
+        while "SuperLink on" not in err_path.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-2000:]
+            time.sleep(0.1)
+        time.sleep(2)  # the run submitted, its processes up
+        started = descendants([proc.pid])
+        assert len(started) >= 3  # a SuperLink and two SuperNodes at least
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(0.5)
+    text = err_path.read_text()
+    assert rc == 130 and "fedgca: interrupted" in text and "Traceback" not in text, text[-2000:]
+    assert _alive_among(started) == []

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,14 @@ def _kill(pids, sig) -> None:
             pass
 
 
+class DeploymentStopped(KeyboardInterrupt):
+    """SIGTERM while a :class:`LocalDeployment` was up: its processes were stopped."""
+
+
+def _stop_on_sigterm(signum, frame):
+    raise DeploymentStopped("SIGTERM")
+
+
 @dataclass
 class LocalDeployment:
     """A SuperLink and SuperNodes on 127.0.0.1, as separate processes; use as a context manager."""
@@ -409,11 +418,28 @@ class LocalDeployment:
         return [p.pid for p in self._all if p.poll() is None] + descendants([p.pid for p in self._all])
 
     def __enter__(self) -> "LocalDeployment":
+        # SIGTERM (`timeout`, `kill`, a job scheduler) would end this process at once, without __exit__, and leave
+        # the SuperLink and SuperNodes — in sessions of their own — listening: it becomes an interrupt here, so the
+        # `with` block unwinds and stops them (the CLI then prints its one line)
+        self._sigterm = None
+        if threading.current_thread() is threading.main_thread():
+            self._sigterm = signal.signal(signal.SIGTERM, _stop_on_sigterm)
         try:
             return self.start()
         except BaseException:
-            self.close()
+            self._close_and_restore()
             raise
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        self._close_and_restore()
+
+    def _close_and_restore(self) -> None:
+        if self._sigterm is None:
+            self.close()
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        try:
+            self.close()
+        finally:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
