@@ -290,7 +290,7 @@ class EpochBroker:
         scores = reqs[0].compute(concat_params([r.clients for r in reqs]), x)
         on_host = scores.cpu().split(counts) if any(r.then is None for r in reqs) else None  # one read back
         reduced: dict[tuple, list] = {}  # the scores' reductions of one kind and row count: one computation
-        for r, part, i in zip(reqs, scores.split(counts), range(len(reqs))):
+        for i, (r, part) in enumerate(zip(reqs, scores.split(counts))):
             rows = r.x.shape[-2]
             if r.then is None:
                 r.result = on_host[i][:, :rows]

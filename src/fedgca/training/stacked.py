@@ -92,14 +92,10 @@ class StackedAdam:
         (their parameters on one axis): each buffer one ``torch.cat``, so the calls do not grow with the number
         of optimisers (the batched engine's stacked epoch; ``split_into`` copies back)."""
         first = optims[0]
-
-        def cat(get, dim=0):
-            return torch.cat([get(o) for o in optims], dim)
-
-        state = {"steps": cat(lambda o: o._steps, 1), "epochs": cat(lambda o: o.epochs),
-                 "m": {k: cat(lambda o: o.exp_avg[k]) for k in first.exp_avg},
-                 "v": {k: cat(lambda o: o.exp_avg_sq[k]) for k in first.exp_avg_sq},
-                 "pows": cat(lambda o: o._pows, 1) if first.masked else None}
+        state = {"steps": torch.cat([o._steps for o in optims], 1), "epochs": torch.cat([o.epochs for o in optims]),
+                 "m": {k: torch.cat([o.exp_avg[k] for o in optims]) for k in first.exp_avg},
+                 "v": {k: torch.cat([o.exp_avg_sq[k] for o in optims]) for k in first.exp_avg_sq},
+                 "pows": torch.cat([o._pows for o in optims], 1) if first.masked else None}
         return cls(params, first.cfg, masked=first.masked, state=state)
 
     @torch.no_grad()
@@ -110,18 +106,16 @@ class StackedAdam:
         slice); step counts and β powers, which have the tensors first, one copy each per optimiser."""
         counts = [o.epochs.numel() for o in optims]
         dst, src = list(dst), list(src)
-        for mine, theirs in ((self.exp_avg, lambda o: o.exp_avg), (self.exp_avg_sq, lambda o: o.exp_avg_sq)):
-            for k, t in mine.items():
-                dst += [theirs(o)[k] for o in optims]
-                src += t.split(counts)
+        for k in self.exp_avg:
+            dst += [o.exp_avg[k] for o in optims] + [o.exp_avg_sq[k] for o in optims]
+            src += [*self.exp_avg[k].split(counts), *self.exp_avg_sq[k].split(counts)]
         torch._foreach_copy_(dst, src)
-        per_optim = [(lambda o: o._steps, self._steps.split(counts, 1)), (lambda o: o.epochs, self.epochs.split(counts))]
-        if self.masked:
-            per_optim.append((lambda o: o._pows, self._pows.split(counts, 1)))
-        for get, parts in per_optim:
-            for o, part in zip(optims, parts):
-                get(o).copy_(part)
-        for o in optims:
+        pows = self._pows.split(counts, 1) if self.masked else [None] * len(optims)
+        for o, steps, epochs, pw in zip(optims, self._steps.split(counts, 1), self.epochs.split(counts), pows):
+            o._steps.copy_(steps)
+            o.epochs.copy_(epochs)
+            if pw is not None:
+                o._pows.copy_(pw)
             o._lrs = o._lr_dev = None
             o._sync_uniform()
 
