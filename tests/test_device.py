@@ -174,3 +174,67 @@ def test_results_come_back_through_one_helper():
     bare = sorted((rel, line) for rel, owner, line in found if (rel, owner) not in allowed)
     assert not bare, f".numpy() outside devices.to_numpy: {bare}"
     assert {(rel, owner) for rel, owner, _ in found} == allowed
+
+
+def _tensors(obj) -> list:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return [t for v in values for t in _tensors(v)]
+
+
+def test_a_state_comes_to_the_host_in_one_read_per_dtype(tmp_path):
+    """``devices.to_host``, the checkpoint's way off a GPU: one flat copy per dtype, the same values and shapes,
+    a snapshot, and no more bytes than the tensors' own. On the CPU it gathers CPU tensors (``gather``): the
+    path a GPU takes, less the transfer itself."""
+    big = torch.arange(1_000_000, dtype=torch.float32)
+    w = torch.randn(4, 3)
+    state = {"clients": {"params": {"w": w, "w_t": w.t(), "tail": big[-5:]}, "step": torch.tensor(7),
+                         "empty": torch.zeros(0, 2)},
+             "method": [torch.arange(6).view(2, 3), (torch.ones(2, dtype=torch.float64), 3.5)],
+             "rows": [{"round": 0, "auroc": 0.5}], "round": 1}
+    expected = [t.clone() for t in _tensors(state)]
+    host = devices.to_host(state, gather=lambda t: True)
+    got = _tensors(host)
+    assert len(got) == len(expected) == 7
+    for a, b in zip(got, expected):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    assert host["rows"] == state["rows"] and host["round"] == 1 and host["method"][1][1] == 3.5
+    assert isinstance(host["method"][1], tuple)
+    assert len({t.untyped_storage().data_ptr() for t in got}) == 3  # float32, int64, float64
+    w.add_(1)
+    big.zero_()
+    assert torch.equal(host["clients"]["params"]["w"], expected[0])  # a snapshot
+    assert torch.equal(host["clients"]["params"]["tail"], expected[2])
+    torch.save(state, tmp_path / "as_is.pt")
+    torch.save(host, tmp_path / "host.pt")
+    assert (tmp_path / "host.pt").stat().st_size < 10_000 < (tmp_path / "as_is.pt").stat().st_size  # not `big`
+    for a, b in zip(_tensors(torch.load(tmp_path / "host.pt", weights_only=True)), expected):
+        assert torch.equal(a, b)
+    assert devices.to_host(state) is state  # nothing off the CPU: the state as it is (a CPU run's bytes unchanged)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_cuda_runs_checkpoint_is_read_back_once_per_dtype_and_resumes(tmp_path, data_dir, kill_after_round):
+    cfg = _cfg("gca", device="cuda", rounds=3)
+    whole = run(cfg, tmp_path / "whole", data_dir=data_dir, progress=False)
+    kill_after_round(lambda: run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False), 1)
+    kept = _tensors(torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True))
+    assert all(t.device.type == "cpu" for t in kept)
+    assert len({t.untyped_storage().data_ptr() for t in kept}) == len({t.dtype for t in kept})
+    resumed = run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False, resume=True)
+    for m in ("accuracy", "auroc"):
+        assert resumed["final"][m] == pytest.approx(whole["final"][m], abs=1e-6)
+
+
+def test_the_checkpoint_writer_brings_an_off_cpu_runs_state_home_through_to_host(tmp_path, monkeypatch):
+    from fedgca import rundir
+
+    seen = []
+    monkeypatch.setattr(devices, "to_host", lambda obj: seen.append(obj) or obj)
+    for device, moved in ((None, 0), ("cpu", 0), ("cuda:1", 1), ("mps", 2)):
+        writer = rundir.CheckpointWriter(tmp_path, device=device)
+        writer.save({"round": 0, "w": torch.ones(2)})
+        writer.wait()
+        assert len(seen) == moved
+    assert torch.equal(rundir.load_tensors(rundir.verify(tmp_path, rundir.CHECKPOINT))["w"], torch.ones(2))

@@ -50,6 +50,52 @@ def has_float64(device) -> bool:
     return torch.device(device).type != "mps"
 
 
+def to_host(obj, *, gather=None):
+    """``obj`` (tensors in dicts, lists and tuples) with its device tensors copied to the host in one transfer
+    per (device, dtype): a flat buffer of them all, then views of it, shaped as before. ``torch.save`` of device
+    tensors copies each storage on its own, a blocking read per tensor (about forty per run and round on a GPU,
+    each waiting for the stream) and the whole storage of a tensor that is a view. The copy is a snapshot: the
+    device tensors may change afterwards. ``gather(t)`` says which tensors move (default: those off the CPU;
+    tests gather CPU tensors to check the rest); containers without one come back as they are."""
+    import torch
+
+    gather = gather or (lambda t: t.device.type != "cpu")
+    groups: dict = {}
+
+    def collect(o) -> None:
+        if isinstance(o, torch.Tensor):
+            if gather(o):
+                groups.setdefault((o.device, o.dtype), {})[id(o)] = o
+        elif isinstance(o, dict):
+            for v in o.values():
+                collect(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                collect(v)
+
+    collect(obj)
+    if not groups:
+        return obj
+    copies: dict[int, torch.Tensor] = {}
+    for group in groups.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in group.values()]).to("cpu")  # the one read back
+        start = 0
+        for key, t in group.items():
+            copies[key] = flat[start:start + t.numel()].view(t.shape)
+            start += t.numel()
+
+    def rebuild(o):
+        if isinstance(o, torch.Tensor):
+            return copies.get(id(o), o)
+        if isinstance(o, dict):
+            return {k: rebuild(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return type(o)(rebuild(v) for v in o) if type(o) in (list, tuple) else [rebuild(v) for v in o]
+        return o
+
+    return rebuild(obj)
+
+
 def to_numpy(t) -> np.ndarray:
     """A tensor's values as a NumPy array, from any device."""
     return t.detach().cpu().numpy()

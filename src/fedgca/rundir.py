@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from fedgca import devices
 from fedgca.evaluation.selection import DETECTION, METRIC_FIELDS
 from fedgca.filehash import file_digest
 
@@ -244,15 +245,18 @@ class CheckpointWriter:
     writes anything else to the manifest, and on any exit.
     """
 
-    def __init__(self, run_dir, name: str = CHECKPOINT):
+    def __init__(self, run_dir, name: str = CHECKPOINT, *, device=None):
         self.dir, self.name = Path(run_dir), name
+        # a run on a GPU: its tensors come to the host in one read per dtype, not one per tensor (to_host); on
+        # the CPU the state is saved as it is (no walk over the metric rows, the same bytes as ever)
+        self.off_host = device is not None and torch.device(device).type != "cpu"
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def save(self, obj) -> None:
         self.wait()
         buffer = io.BytesIO()
-        torch.save(obj, buffer)
+        torch.save(devices.to_host(obj) if self.off_host else obj, buffer)
         self._thread = threading.Thread(target=self._write, args=(buffer.getbuffer(),),
                                         name=f"checkpoint {self.dir.name}", daemon=True)
         self._thread.start()
