@@ -32,6 +32,8 @@
 #     - the 25-file bench on the GPU with its GPU_STACKS stacks as threads of one process (THREADS_S s): against the
 #       tabular part's --processes figure, what one interpreter lock costs
 #     - Fashion-MNIST GCA on 16 CPU threads (FM_CPU_S s: the rounds and epochs it reaches)
+#     - the per-round checkpoints the machine's disk takes per second, 1 and 16 processes of 8 runs each
+#       (benchmarks/bench_checkpoint_disk.py, ≈ 10 s): whether checkpoints cap the run-rounds a GPU completes
 #
 # A window's work is what its runs completed, read afterwards here (not on the device's time): the runs' small
 # files come back in $OUT/runs_<part>.tgz, and benchmarks/window_work.py turns the rounds they completed into
@@ -51,7 +53,7 @@ GRID_S=${GRID_S:-30}
 GPU_GRID_S=${GPU_GRID_S:-45}
 FM_GPU_S=${FM_GPU_S:-90}  # R = 10: over 90 s, R = 100 cannot make the issue's 15 minutes anyway
 THREADS_S=${THREADS_S:-40}
-FM_CPU_S=${FM_CPU_S:-45}
+FM_CPU_S=${FM_CPU_S:-35}
 CORES=${CORES:-16}
 GPU=${GPU:-cuda}  # GPU=cpu: a smoke test of the script itself on a machine without one
 # the batched engine's stacks at once, each on its own CUDA stream (not yet tuned on a card): with --processes each
@@ -177,6 +179,9 @@ elif [ "$PART" = vision ]; then
         --data-dir "$DATA" --out "$WORK/fmnist_cpu" > "$WORK/fmnist_cpu.log" 2>&1
     echo "cpu: rc $? in $((SECONDS - t0)) s; $(summary "$WORK/fmnist_cpu")"
     keep
+    say "per-round checkpoints the disk under $WORK takes per second (a tabular run's 1.3 MB, and 8 MB)"
+    timeout 20 $PY benchmarks/bench_checkpoint_disk.py --processes 1 "$CORES" --runs 8 --mb 1.3 8 --seconds 1.5 \
+        --dir "$WORK" 2>&1 | grep -v "^USDT"
 else
     echo "usage: bash benchmarks/gpu_check.sh tabular|vision"
     exit 2
