@@ -78,6 +78,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--dir", default=None)
     a = ap.parse_args()
+    import torch  # noqa: F401 — imported once here: the forked writers start warm
+    from fedgca import rundir  # noqa: F401
+
     root = Path(tempfile.mkdtemp(prefix="fedgca-ckpt-disk-", dir=a.dir))
     print(f"checkpoints of {TENSORS} tensors, {a.seconds:g} s each, load {os.getloadavg()[0]:.2f}")
     try:
