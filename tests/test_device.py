@@ -211,7 +211,8 @@ def test_a_state_comes_to_the_host_in_one_read_per_dtype(tmp_path):
     assert (tmp_path / "host.pt").stat().st_size < 10_000 < (tmp_path / "as_is.pt").stat().st_size  # not `big`
     for a, b in zip(_tensors(torch.load(tmp_path / "host.pt", weights_only=True)), expected):
         assert torch.equal(a, b)
-    assert devices.to_host(state) is state  # nothing off the CPU: the state as it is (a CPU run's bytes unchanged)
+    kept = devices.to_host(state)  # nothing off the CPU: the same tensors, in new containers
+    assert all(a is b for a, b in zip(_tensors(kept), _tensors(state))) and kept["rows"] is not state["rows"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -231,7 +232,8 @@ def test_the_checkpoint_writer_brings_an_off_cpu_runs_state_home_through_to_host
     from fedgca import rundir
 
     seen = []
-    monkeypatch.setattr(devices, "to_host", lambda obj: seen.append(obj) or obj)
+    real = devices.to_host
+    monkeypatch.setattr(devices, "to_host", lambda obj, **kw: seen.append(obj) or real(obj, **kw))
     for device, moved in ((None, 0), ("cpu", 0), ("cuda:1", 1), ("mps", 2)):
         writer = rundir.CheckpointWriter(tmp_path, device=device)
         writer.save({"round": 0, "w": torch.ones(2)})

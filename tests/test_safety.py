@@ -175,19 +175,26 @@ def test_manifest_survives_a_kill_between_checkpoint_steps(tmp_path):
     assert "pending" not in json.loads((tmp_path / rundir.MANIFEST).read_text())["files"]["checkpoint.pt"]
 
 
-def test_checkpoints_written_in_the_background_are_snapshots_in_order(tmp_path):
+@pytest.mark.parametrize("device", [None, "meta"])  # meta: the snapshot a run off the CPU takes (to_host)
+def test_checkpoints_written_in_the_background_are_snapshots_in_order(tmp_path, device):
     """``CheckpointWriter``: each save is the state at the moment of the call (the run changes its tensors in
-    place while the write goes on), the last one is on disk and verifies after ``wait``, and a failed write is
-    raised in the run's thread, at the next save or at ``wait``."""
-    weights = torch.zeros(1000)
-    writer = rundir.CheckpointWriter(tmp_path)
+    place and appends metric rows while the write goes on), the last one is on disk and verifies after ``wait``,
+    and a failed write is raised in the run's thread, at the next save or at ``wait``."""
+    weights, steps, rows = torch.zeros(1000), torch.zeros(3, dtype=torch.long), []
+    writer = rundir.CheckpointWriter(tmp_path, device=device)
     for r in range(3):
         weights += 2
-        writer.save({"round": r, "weights": weights})
+        steps += 1
+        rows.append({"round": r})
+        writer.save({"round": r, "weights": weights, "optim": {"step": steps}, "rows": rows})
         weights.mul_(-1)  # the next round's work, while the write may still be under way
+        steps.zero_()
+        rows.append({"round": "next"})
     writer.wait()
     saved = rundir.load_tensors(rundir.verify(tmp_path, rundir.CHECKPOINT))
     assert saved["round"] == 2 and torch.equal(saved["weights"], torch.full((1000,), 2.0))  # 2, −2 + 2 = 0, 2
+    assert torch.equal(saved["optim"]["step"], torch.ones(3, dtype=torch.long))
+    assert [row["round"] for row in saved["rows"]] == [0, "next", 1, "next", 2]
     assert not list(tmp_path.glob("*.tmp"))
     assert "pending" not in json.loads((tmp_path / rundir.MANIFEST).read_text())["files"]["checkpoint.pt"]
     gone = rundir.CheckpointWriter(tmp_path / "removed")  # its directory does not exist: the write fails

@@ -11,6 +11,7 @@ is used.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -236,34 +237,43 @@ def _save_hashed(run_dir: Path, name: str, stream) -> None:
 class CheckpointWriter:
     """A run's checkpoints, written while the run computes its next round (the simulator's runner).
 
-    ``save`` serializes the state at once — a snapshot: the next round may change the tensors in place — and a
-    thread hashes it, writes it, fsyncs it and swaps it in, keeping the manifest right at every moment, as
-    ``save_checkpoint`` does. Hashing, writing and fsync release the interpreter lock: they overlap the run's
-    compute, on a GPU its next round's launches. One write in flight: ``save`` first waits for the previous one.
-    A kill during a write leaves the previous round's checkpoint, which resumes to the same numbers (that round
-    is computed again). ``wait`` waits for the last write and raises its error; the runner calls it before it
-    writes anything else to the manifest, and on any exit.
+    ``save`` takes a snapshot of the state at once — the next round may change the tensors in place and append to
+    the metric rows — and a thread writes it, hashes it, fsyncs it and swaps it in, keeping the manifest right at
+    every moment, as ``save_checkpoint`` does. Hashing, writing and fsync release the interpreter lock: they
+    overlap the run's compute, on a GPU its next round's launches. One write in flight: ``save`` first waits for
+    the previous one. A kill during a write leaves the previous round's checkpoint, which resumes to the same
+    numbers (that round is computed again). ``wait`` waits for the last write and raises its error; the runner
+    calls it before it writes anything else to the manifest, and on any exit.
+
+    The snapshot, by where the run computes (``device``):
+    - on the CPU, the serialized bytes (``torch.save`` into memory in the run's thread): the same bytes as ever;
+    - elsewhere (a GPU), a host copy of every tensor, one read back per dtype (``devices.to_host``: not one
+      blocking copy per tensor inside ``torch.save``), and new containers; the writer's thread serializes it.
+      The run's thread keeps the gather and one copy, which waits outside the interpreter lock.
     """
 
     def __init__(self, run_dir, name: str = CHECKPOINT, *, device=None):
         self.dir, self.name = Path(run_dir), name
-        # a run on a GPU: its tensors come to the host in one read per dtype, not one per tensor (to_host); on
-        # the CPU the state is saved as it is (no walk over the metric rows, the same bytes as ever)
         self.off_host = device is not None and torch.device(device).type != "cpu"
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def save(self, obj) -> None:
         self.wait()
-        buffer = io.BytesIO()
-        torch.save(devices.to_host(obj) if self.off_host else obj, buffer)
-        self._thread = threading.Thread(target=self._write, args=(buffer.getbuffer(),),
-                                        name=f"checkpoint {self.dir.name}", daemon=True)
+        if self.off_host:
+            snapshot = devices.to_host(obj, gather=lambda t: True)  # its CPU tensors copied too: all of it ours
+            stream = functools.partial(torch.save, snapshot)
+        else:
+            buffer = io.BytesIO()
+            torch.save(obj, buffer)
+            stream = functools.partial(_write_bytes, buffer.getbuffer())
+        self._thread = threading.Thread(target=self._write, args=(stream,), name=f"checkpoint {self.dir.name}",
+                                        daemon=True)
         self._thread.start()
 
-    def _write(self, data) -> None:
+    def _write(self, stream) -> None:
         try:
-            _save_hashed(self.dir, self.name, lambda f: f.write(data))
+            _save_hashed(self.dir, self.name, stream)
         except BaseException as err:  # noqa: BLE001 — raised in the run's thread by wait()
             self._error = err
 
@@ -274,6 +284,10 @@ class CheckpointWriter:
         if self._error is not None:
             err, self._error = self._error, None
             raise err
+
+
+def _write_bytes(data, f) -> None:
+    f.write(data)
 
 
 def verify(run_dir, name: str) -> Path:
