@@ -85,12 +85,28 @@ def test_sizes_follow_the_partition_and_validation_split(data_dir):
 def test_forward_cost_is_the_parameter_count_of_an_mlp_and_per_position_for_a_convolution():
     from torch import nn
 
-    from fedgca.models import build_model, forward_cost, param_count
+    from fedgca.models import build_model, counted_cost, forward_cost, param_count
 
     mlp = build_model((36,))
     enc, dec = mlp.encoder, mlp.decoder
     assert forward_cost(mlp, (36,)) == (param_count(mlp), param_count(enc))
     assert param_count(enc) + param_count(dec) == param_count(mlp)
+    # the MLP's count without torch's meta pass, held to FlopCounterMode's
+    for dx in (1, 6, 36, 500):
+        assert forward_cost(build_model((dx,)), (dx,)) == counted_cost(build_model((dx,)), (dx,))
+
+    class Other(nn.Module):  # no bias, another activation, a dropout; and a model the rule does not cover
+        def __init__(self, last):
+            super().__init__()
+            self.encoder = nn.Sequential(nn.Linear(5, 7, bias=False), nn.LeakyReLU(), nn.Dropout(), nn.Linear(7, 3))
+            self.decoder = nn.Sequential(nn.Linear(3, 5), last)
+
+        def forward(self, x):
+            return self.decoder(self.encoder(x))
+
+    assert forward_cost(Other(nn.Tanh()), (5,)) == counted_cost(Other(nn.Tanh()), (5,)) == (35 + 24 + 20, 35 + 24)
+    nested = Other(nn.Sequential(nn.Linear(5, 5)))  # a nested block: counted by torch, the same figure
+    assert forward_cost(nested, (5,)) == counted_cost(nested, (5,)) == (35 + 24 + 20 + 30, 59)
 
     class Tiny(nn.Module):  # a conv encoder and a transposed-conv decoder, counted by hand
         def __init__(self):
