@@ -56,6 +56,20 @@ def test_code_version_names_the_commit_of_a_checkout():
         assert git.removesuffix("-dirty") == head.stdout.strip()
 
 
+def test_code_version_is_the_commit_read_when_fedgca_was_loaded(monkeypatch):
+    """A long run's summary names the code its process loaded, not what the checkout holds when it ends: git is
+    not asked again."""
+    def no_git(*args):
+        raise AssertionError("git read after load")
+
+    monkeypatch.setattr(provenance, "_git", no_git)
+    provenance.code_version.cache_clear()
+    try:
+        assert provenance.code_version()["git"] == provenance._GIT_AT_LOAD
+    finally:
+        provenance.code_version.cache_clear()
+
+
 def test_same_seed_same_numbers(tmp_path, data_dir):
     a = run(tiny(), tmp_path / "a", data_dir=data_dir, progress=False)
     b = run(tiny(), tmp_path / "b", data_dir=data_dir, progress=False)

@@ -12,15 +12,15 @@ import torch
 @functools.cache
 def code_version() -> dict:
     """``{"fedgca", "torch", "numpy", "scipy", "scikit-learn", "git", "cpu"}``: the versions of what computes a
-    result; git is the commit (with ``-dirty`` for uncommitted changes) or None; cpu is torch's CPU kernel family
-    (e.g. "AVX2", "AVX512").
+    result; git is the commit (with ``-dirty`` for uncommitted changes) or None, read when fedgca was loaded in this
+    process (``_GIT_AT_LOAD``); cpu is torch's CPU kernel family (e.g. "AVX2", "AVX512").
 
     The same code and seed give bit-identical numbers on one machine, not necessarily across machines: magic
     GCA R = 3's metrics.csv differed between two machines at the same commit, the second AVX512 with freshly
     installed libraries. Either can move the last bits, so a run names both."""
     return {"fedgca": _package_version("fedgca"), "torch": torch.__version__,
             **{name: _package_version(name) for name in ("numpy", "scipy", "scikit-learn")},
-            "git": _git_commit(Path(__file__).parent), "cpu": torch.backends.cpu.get_cpu_capability()}
+            "git": _GIT_AT_LOAD, "cpu": torch.backends.cpu.get_cpu_capability()}
 
 
 def _package_version(name: str) -> str | None:
@@ -59,3 +59,9 @@ def _git_commit(where: Path) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None  # not a checkout (installed from a wheel), or no git
     return commit + ("-dirty" if dirty else "")
+
+
+# Read when this module is loaded, not when a result is written: a run of hours names the commit its process runs,
+# not one checked out while it ran (a 2.3-hour Fashion-MNIST run named a commit made during its last hour). A
+# sweep's workers inherit their fork server's reading, made when it loaded fedgca.
+_GIT_AT_LOAD = _git_commit(Path(__file__).parent)

@@ -116,7 +116,7 @@ def summary(cfg, *, clients: int, input_shape, latent_dim: int, param_count: int
         "bytes_down_per_round": per_round(c["bytes_down"] for c in comm),
         "bytes_total": int(sum(c["bytes_up"] + c["bytes_down"] for c in comm)),
         "wall_seconds": round(wall, 3),
-        "code": code_version(),  # the code that finished the run (a resumed run may have started on another)
+        "code": code_version(),  # what the finishing process loaded (a resumed run may have started on another)
     }
     if rows:
         s.update(protocol_results(rows, has_validation))
