@@ -51,23 +51,32 @@ def test_cells_delta_and_verdicts(fixture_dir):
     assert scorecard.verdict("magic", 1.4) == "within" and scorecard.verdict("academic", 1.4) == "outside"
 
 
-def test_a_dataset_without_r100_runs_shows_its_longest_r_unjudged(fixture_dir):
-    """Fashion-MNIST on a CPU: cells at the largest R run, marked with it, no tolerance verdict, no claims;
-    a dataset with R = 100 runs (academic) ignores its shorter ones."""
+def test_a_cell_without_r100_runs_shows_its_longest_r_unjudged(fixture_dir):
+    """Fashion-MNIST on a CPU: a cell with no R = 100 run shows the largest R it was run at, marked with it, no
+    tolerance verdict, no claims — also when another cell of the dataset has R = 100 runs (its sweep under way);
+    a cell with R = 100 runs (academic's, Fashion-MNIST's FedAvg) ignores its shorter ones."""
     for seed in (100, 200, 300):
         _summary(fixture_dir, "fashion_mnist", "gca", seed, 0.79, rounds=2)
         _summary(fixture_dir, "fashion_mnist", "fedavg", seed, 0.81, rounds=2)
-    _summary(fixture_dir, "fashion_mnist", "fedavg", 100, 0.99, rounds=1)  # a shorter R than the longest: ignored
+    _summary(fixture_dir, "fashion_mnist", "gca", 100, 0.99, rounds=1)  # a shorter R than the longest: ignored
     data = scorecard.build(fixture_dir)
     cell = {(r["dataset"], r["method"]): r for r in data["table"]}
     fm = cell["fashion_mnist", "fedavg"]
     assert fm["rounds"] == 2 and fm["fedgca_mean"] == pytest.approx(81.0) and fm["verdict"] == "R = 2 only"
     assert fm["delta"] == pytest.approx(81.0 - fm["paper_mean"])
+    assert cell["fashion_mnist", "gca"]["rounds"] == 2 and cell["fashion_mnist", "gca"]["fedgca_mean"] == pytest.approx(79.0)
     assert cell["fashion_mnist", "single"]["verdict"] == "not run"
     assert cell["academic", "fedavg"]["rounds"] == 100 and cell["academic", "fedavg"]["verdict"] == "outside"
     assert all("fashion_mnist" not in c["fedgca"] for c in data["claims"])
     text = scorecard.render(data, "fixture")
     assert "2 at R = 2 (no R = 100 run: shown, not judged)" in text
+
+    _summary(fixture_dir, "fashion_mnist", "fedavg", 100, 0.84, rounds=100)  # the R = 100 sweep's first run
+    cell = {(r["dataset"], r["method"]): r for r in scorecard.build(fixture_dir)["table"]}
+    fm = cell["fashion_mnist", "fedavg"]
+    assert fm["rounds"] == 100 and fm["seeds"] == 1 and fm["fedgca_mean"] == pytest.approx(84.0)
+    assert fm["verdict"] in ("within", "outside")
+    assert cell["fashion_mnist", "gca"]["rounds"] == 2 and cell["fashion_mnist", "gca"]["verdict"] == "R = 2 only"
     assert scorecard._fmt(81.0, 0.0, 1) == "81.00 (n=1)" and scorecard._fmt(81.0, 0.5, 3) == "81.00 ± 0.50"
 
 
