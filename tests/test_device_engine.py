@@ -12,6 +12,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
 
 from fedgca import methods, seeding
 from fedgca.config import RunConfig
@@ -539,6 +541,84 @@ def test_the_step_program_is_the_loops_step(device_engine):
         assert torch.equal(a, b)
     for k in by_program.params:
         assert torch.equal(by_program.params[k], by_loop.params[k]), k
+
+
+class _Recording(TorchDispatchMode):
+    """A CUDA graph's semantics on the CPU: the operators one step dispatches, recorded with their arguments as
+    they were — numbers baked in, tensors by identity — and replayed later on whatever the tensors then hold.
+    Intermediates map to their replay's; every other tensor (parameters, optimiser state, the step's buffers) is
+    the same object, as a graph's fixed addresses are."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.replays = [], 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops.append((func, args, kwargs or {}, out))
+        return out
+
+    def replay(self) -> None:
+        self.replays += 1
+        made: dict[int, torch.Tensor] = {}
+
+        def mine(x):
+            return made.get(id(x), x) if isinstance(x, torch.Tensor) else x
+
+        for func, args, kwargs, out in self.ops:
+            with torch.no_grad():  # recorded below autograd: the replay is too
+                res = func(*tree_map(mine, args), **tree_map(mine, kwargs))
+            for was, now in zip(tree_leaves(out), tree_leaves(res)):
+                if isinstance(was, torch.Tensor):
+                    made[id(was)] = now
+
+
+def test_the_captured_step_replays_to_the_eager_numbers_on_the_cpu(device_engine, monkeypatch):
+    """What CUDA-graph capture assumes of ``loop.StepProgram``'s step — the same operators with the same numbers
+    every step, reading only its fixed buffers and the state it updates in place — checked without a GPU: the
+    step is recorded once (``_Recording``) and replayed for every later step of the epoch, as a graph is. A
+    number the step takes from Python (a learning rate, a step count, a bias correction) or reads back would be
+    baked in and the replayed epochs would drift from eager ones. Parameters, Adam's state and losses: bit for
+    bit, over epochs with a client absent and StepLR stepping."""
+    from fedgca.training import loop
+
+    recordings = []
+
+    def record_and_replay(self):
+        self.graph = _Recording()
+        with self.graph:
+            self.step()  # the recorded step runs, as the eager one would
+        recordings.append(self.graph)
+
+    real_init = loop.StepProgram.__init__
+
+    def capturing_init(self, *args, **kw):
+        real_init(self, *args, **kw)
+        self.capture = True
+
+    ids, shards = list(range(5)), _shards([400, 37, 350, 260, 180])
+    adam = AdamConfig(lr=1e-2, lr_step=3, lr_gamma=0.5)
+    eager, replayed = (StackedModels([init_model(100, (D,), i) for i in ids], adam) for _ in range(2))
+    losses = {}
+    for name, models in (("eager", eager), ("replayed", replayed)):
+        with monkeypatch.context() as mp:
+            if name == "replayed":
+                mp.setattr(loop.StepProgram, "__init__", capturing_init)
+                mp.setattr(loop.StepProgram, "_capture_and_replay", record_and_replay)
+            losses[name] = [_epoch(models, shards, ids, e, torch.tensor([True, e != 1, True, True, True]))
+                            for e in range(4)]
+    assert len(recordings) == 4 and sum(r.replays for r in recordings) == 4 * 6  # 8 steps an epoch: 1 eager,
+    # 1 recorded, 6 replayed
+    for a, b in zip(losses["eager"], losses["replayed"]):
+        assert torch.equal(a, b)
+    for k in eager.params:
+        assert torch.equal(eager.params[k], replayed.params[k]), k
+    for a, b in zip(_tensors_of(eager.optim.state_dict()), _tensors_of(replayed.optim.state_dict())):
+        assert torch.equal(a, b)
+
+
+def _tensors_of(obj) -> list:
+    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
 
 
 @pytest.mark.parametrize("method", methods.names())
