@@ -108,7 +108,7 @@ command -v nvidia-smi > /dev/null && { nvidia-smi dmon -s u -d 2 -o T > "$BACK/d
 
 if [ "$PART" = tabular ]; then
     say "CUDA tests (CPU agreement, the device engine on the card)"
-    FEDGCA_DATA_DIR=$DATA timeout 60 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_device.py \
+    FEDGCA_DATA_DIR=$DATA timeout 75 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_device.py \
         tests/test_device_engine.py -k "not flower" -rfE 2>&1 | grep -v "Warning\|^  \|^$" | tail -12
 
     say "README main job on the GPU: magic GCA, R = 100"

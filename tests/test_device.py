@@ -176,6 +176,28 @@ def test_results_come_back_through_one_helper():
     assert {(rel, owner) for rel, owner, _ in found} == allowed
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("method", ["gca", "fedavg"])
+def test_a_cuda_run_gives_the_same_numbers_twice(method, tmp_path, data_dir):
+    """Same config and seed, same numbers on the same machine — on a GPU too, where kernels may sum in varying
+    orders (atomics; cuBLAS's split-K across streams without CUBLAS_WORKSPACE_CONFIG). Not yet run: if it fails
+    there, runs on CUDA need torch's deterministic settings."""
+    for name in ("a", "b"):
+        run(_cfg(method, device="cuda"), tmp_path / name, data_dir=data_dir, progress=False)
+    for f in ("metrics.csv", "metrics_clients.csv"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_vision_path_gives_the_same_numbers_twice_on_cuda(tmp_path):
+    """The conv AE on CUDA (cuDNN's convolution backward may accumulate with atomics) and the vision GMM."""
+    _fmnist_files(tmp_path / "data")
+    cfg = RunConfig("fashion_mnist", rounds=1, clients=2, k=2, rho=0.5, recon_epochs=1, align_epochs=1, device="cuda")
+    for name in ("a", "b"):
+        run(cfg, tmp_path / name, data_dir=tmp_path / "data", progress=False)
+    assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
+
+
 def _tensors(obj) -> list:
     if isinstance(obj, torch.Tensor):
         return [obj]
