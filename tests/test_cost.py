@@ -85,6 +85,7 @@ def test_sizes_follow_the_partition_and_validation_split(data_dir):
 def test_forward_cost_is_the_parameter_count_of_an_mlp_and_per_position_for_a_convolution():
     from torch import nn
 
+    from fedgca import models
     from fedgca.models import build_model, counted_cost, forward_cost, param_count
 
     mlp = build_model((36,))
@@ -95,18 +96,21 @@ def test_forward_cost_is_the_parameter_count_of_an_mlp_and_per_position_for_a_co
     for dx in (1, 6, 36, 500):
         assert forward_cost(build_model((dx,)), (dx,)) == counted_cost(build_model((dx,)), (dx,))
 
-    class Other(nn.Module):  # no bias, another activation, a dropout; and a model the rule does not cover
+    class Other(nn.Module):  # Linear/ReLU without a bias (counted from its parameters), or with another layer
         def __init__(self, last):
             super().__init__()
-            self.encoder = nn.Sequential(nn.Linear(5, 7, bias=False), nn.LeakyReLU(), nn.Dropout(), nn.Linear(7, 3))
+            self.encoder = nn.Sequential(nn.Linear(5, 7, bias=False), nn.ReLU(), nn.Linear(7, 3))
             self.decoder = nn.Sequential(nn.Linear(3, 5), last)
 
         def forward(self, x):
             return self.decoder(self.encoder(x))
 
-    assert forward_cost(Other(nn.Tanh()), (5,)) == counted_cost(Other(nn.Tanh()), (5,)) == (35 + 24 + 20, 35 + 24)
-    nested = Other(nn.Sequential(nn.Linear(5, 5)))  # a nested block: counted by torch, the same figure
-    assert forward_cost(nested, (5,)) == counted_cost(nested, (5,)) == (35 + 24 + 20 + 30, 59)
+    for last, counted in ((nn.ReLU(), False), (nn.Tanh(), True), (nn.Sequential(nn.Linear(5, 5)), True)):
+        model, calls = Other(last), []
+        with pytest.MonkeyPatch.context() as mp:  # which way it was counted
+            mp.setattr(models, "counted_cost", lambda *a, real=models.counted_cost: calls.append(1) or real(*a))
+            cost = forward_cost(model, (5,))
+        assert cost == counted_cost(model, (5,)) == (param_count(model), 59) and bool(calls) == counted
 
     class Tiny(nn.Module):  # a conv encoder and a transposed-conv decoder, counted by hand
         def __init__(self):

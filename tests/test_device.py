@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 import torch
+from torch.utils._pytree import tree_leaves
 
 from fedgca import devices, methods
 from fedgca.config import RunConfig
@@ -199,16 +200,13 @@ def test_the_vision_path_gives_the_same_numbers_twice_on_cuda(tmp_path):
 
 
 def _tensors(obj) -> list:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
-    return [t for v in values for t in _tensors(v)]
+    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
 
 
 def test_a_state_comes_to_the_host_in_one_read_per_dtype(tmp_path):
-    """``devices.to_host``, the checkpoint's way off a GPU: one flat copy per dtype, the same values and shapes,
-    a snapshot, and no more bytes than the tensors' own. On the CPU it gathers CPU tensors (``gather``): the
-    path a GPU takes, less the transfer itself."""
+    """``devices.host_snapshot``, the checkpoint's way off a GPU: one flat copy per dtype, the same values and
+    shapes, new containers, a snapshot, and no more bytes than the tensors' own. Here of CPU tensors: the path a
+    GPU takes, less the transfer itself."""
     big = torch.arange(1_000_000, dtype=torch.float32)
     w = torch.randn(4, 3)
     state = {"clients": {"params": {"w": w, "w_t": w.t(), "tail": big[-5:]}, "step": torch.tensor(7),
@@ -216,7 +214,7 @@ def test_a_state_comes_to_the_host_in_one_read_per_dtype(tmp_path):
              "method": [torch.arange(6).view(2, 3), (torch.ones(2, dtype=torch.float64), 3.5)],
              "rows": [{"round": 0, "auroc": 0.5}], "round": 1}
     expected = [t.clone() for t in _tensors(state)]
-    host = devices.to_host(state, gather=lambda t: True)
+    host = devices.host_snapshot(state)
     got = _tensors(host)
     assert len(got) == len(expected) == 7
     for a, b in zip(got, expected):
@@ -233,8 +231,8 @@ def test_a_state_comes_to_the_host_in_one_read_per_dtype(tmp_path):
     assert (tmp_path / "host.pt").stat().st_size < 10_000 < (tmp_path / "as_is.pt").stat().st_size  # not `big`
     for a, b in zip(_tensors(torch.load(tmp_path / "host.pt", weights_only=True)), expected):
         assert torch.equal(a, b)
-    kept = devices.to_host(state)  # nothing off the CPU: the same tensors, in new containers
-    assert all(a is b for a, b in zip(_tensors(kept), _tensors(state))) and kept["rows"] is not state["rows"]
+    state["rows"].append({"round": 1})
+    assert len(host["rows"]) == 1  # new containers
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -251,12 +249,12 @@ def test_a_cuda_runs_checkpoint_is_read_back_once_per_dtype_and_resumes(tmp_path
         assert resumed["final"][m] == pytest.approx(whole["final"][m], abs=1e-6)
 
 
-def test_the_checkpoint_writer_brings_an_off_cpu_runs_state_home_through_to_host(tmp_path, monkeypatch):
+def test_the_checkpoint_writer_snapshots_an_off_cpu_runs_state_through_host_snapshot(tmp_path, monkeypatch):
     from fedgca import rundir
 
     seen = []
-    real = devices.to_host
-    monkeypatch.setattr(devices, "to_host", lambda obj, **kw: seen.append(obj) or real(obj, **kw))
+    real = devices.host_snapshot
+    monkeypatch.setattr(devices, "host_snapshot", lambda obj: seen.append(obj) or real(obj))
     for device, moved in ((None, 0), ("cpu", 0), ("cuda:1", 1), ("mps", 2)):
         writer = rundir.CheckpointWriter(tmp_path, device=device)
         writer.save({"round": 0, "w": torch.ones(2)})

@@ -175,7 +175,7 @@ def test_manifest_survives_a_kill_between_checkpoint_steps(tmp_path):
     assert "pending" not in json.loads((tmp_path / rundir.MANIFEST).read_text())["files"]["checkpoint.pt"]
 
 
-@pytest.mark.parametrize("device", [None, "meta"])  # meta: the snapshot a run off the CPU takes (to_host)
+@pytest.mark.parametrize("device", [None, "meta"])  # meta: the snapshot a run off the CPU takes (host_snapshot)
 def test_checkpoints_written_in_the_background_are_snapshots_in_order(tmp_path, device):
     """``CheckpointWriter``: each save is the state at the moment of the call (the run changes its tensors in
     place and appends metric rows while the write goes on), the last one is on disk and verifies after ``wait``,

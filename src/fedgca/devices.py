@@ -50,30 +50,20 @@ def has_float64(device) -> bool:
     return torch.device(device).type != "mps"
 
 
-def to_host(obj, *, gather=None):
-    """``obj`` (tensors in dicts, lists and tuples) rebuilt with new containers, its device tensors copied to the
-    host in one transfer per (device, dtype): a flat buffer of them all, then views of it, shaped as before.
+def host_snapshot(obj):
+    """``obj`` (tensors in dicts, lists and tuples) as new containers holding host copies of its tensors, made in
+    one transfer per (device, dtype): a flat buffer of them all, then views of it, shaped as before. The copy is
+    a snapshot: the tensors may change and the lists grow afterwards. It is how a run off the CPU checkpoints:
     ``torch.save`` of device tensors copies each storage on its own, a blocking read per tensor (38 to 62 per run
-    and round on a GPU, each waiting for the stream) and the whole storage of a tensor that is a view. The copies
-    and containers are a snapshot: the tensors may change and the lists grow afterwards. ``gather(t)`` says which
-    tensors are copied (default: those off the CPU); the others are kept as they are."""
+    and round on a GPU, each waiting for the stream), and a tensor that is a view costs its whole storage."""
     import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
 
-    gather = gather or (lambda t: t.device.type != "cpu")
+    leaves, spec = tree_flatten(obj)
     groups: dict = {}
-
-    def collect(o) -> None:
-        if isinstance(o, torch.Tensor):
-            if gather(o):
-                groups.setdefault((o.device, o.dtype), {})[id(o)] = o
-        elif isinstance(o, dict):
-            for v in o.values():
-                collect(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                collect(v)
-
-    collect(obj)
+    for t in leaves:
+        if isinstance(t, torch.Tensor):
+            groups.setdefault((t.device, t.dtype), {})[id(t)] = t
     copies: dict[int, torch.Tensor] = {}
     for group in groups.values():
         flat = torch.cat([t.detach().reshape(-1) for t in group.values()]).to("cpu")  # the one read back
@@ -81,17 +71,7 @@ def to_host(obj, *, gather=None):
         for key, t in group.items():
             copies[key] = flat[start:start + t.numel()].view(t.shape)
             start += t.numel()
-
-    def rebuild(o):
-        if isinstance(o, torch.Tensor):
-            return copies.get(id(o), o)
-        if isinstance(o, dict):
-            return {k: rebuild(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return type(o)(rebuild(v) for v in o) if type(o) in (list, tuple) else [rebuild(v) for v in o]
-        return o
-
-    return rebuild(obj)
+    return tree_unflatten([copies.get(id(x), x) for x in leaves], spec)
 
 
 def to_numpy(t) -> np.ndarray:

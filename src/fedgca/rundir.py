@@ -247,8 +247,8 @@ class CheckpointWriter:
 
     The snapshot, by where the run computes (``device``):
     - on the CPU, the serialized bytes (``torch.save`` into memory in the run's thread): the same bytes as ever;
-    - elsewhere (a GPU), a host copy of every tensor, one read back per dtype (``devices.to_host``: not one
-      blocking copy per tensor inside ``torch.save``), and new containers; the writer's thread serializes it.
+    - elsewhere (a GPU), a host copy of every tensor, one read back per dtype (``devices.host_snapshot``: not
+      one blocking copy per tensor inside ``torch.save``), and new containers; the writer's thread serializes it.
       The run's thread keeps the gather and one copy, which waits outside the interpreter lock.
     """
 
@@ -261,8 +261,7 @@ class CheckpointWriter:
     def save(self, obj) -> None:
         self.wait()
         if self.off_host:
-            snapshot = devices.to_host(obj, gather=lambda t: True)  # its CPU tensors copied too: all of it ours
-            stream = functools.partial(torch.save, snapshot)
+            stream = functools.partial(torch.save, devices.host_snapshot(obj))
         else:
             buffer = io.BytesIO()
             torch.save(obj, buffer)

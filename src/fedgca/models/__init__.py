@@ -11,9 +11,10 @@ import torch
 from torch import nn
 
 from fedgca import seeding
-from fedgca.models.tabular import TabularAE, tabular_param_count
+from fedgca.models.tabular import TabularAE, mlp_layers, tabular_param_count
 
-__all__ = ["TabularAE", "tabular_param_count", "param_count", "forward_cost", "build_model", "init_model"]
+__all__ = ["TabularAE", "mlp_layers", "tabular_param_count", "param_count", "forward_cost", "build_model",
+           "init_model"]
 
 
 def param_count(model: nn.Module) -> int:
@@ -26,28 +27,14 @@ def forward_cost(model: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, i
     For an MLP this is its parameter count P (each weight one multiply-add per row, each bias one add), so
     the cost model's "2P per scored row" is unchanged there; a convolution reuses each weight at every
     output position, so the vision AE's 334,609 parameters do ~16.7 M multiply-adds per 28×28 image
-    (50× P). An autoencoder of Linear layers and activations on rows is counted so (``_mlp_cost``); any other
+    (50× P). An autoencoder of Linear/ReLU stacks on rows (``mlp_layers``) is counted so; any other
     by torch's FlopCounterMode on a meta-device pass (``counted_cost``), which the first time in a process costs
     about a second of torch's meta set-up — every sweep, compare and bench predicts its runs' FLOPs at start.
     tests/test_cost.py holds the two to each other.
     """
-    parts = [_mlp_cost(part, len(input_shape)) for part in (model.encoder, model.decoder)]
-    if None not in parts:
-        return parts[0] + parts[1], parts[0]
+    if len(input_shape) == 1 and all(mlp_layers(part) is not None for part in (model.encoder, model.decoder)):
+        return param_count(model), param_count(model.encoder)
     return counted_cost(model, input_shape)
-
-
-_FREE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.Identity, nn.Dropout)  # no multiply-adds
-
-
-def _mlp_cost(part: nn.Module, input_dims: int) -> int | None:
-    """A sequence of Linear layers and activations applied to a row: each weight one multiply-add, each bias one
-    add, i.e. its parameter count; None for anything else."""
-    if input_dims != 1 or not isinstance(part, nn.Sequential):
-        return None
-    if not all(isinstance(m, (nn.Linear, *_FREE)) for m in part):
-        return None
-    return param_count(part)
 
 
 def counted_cost(model: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, int]:

@@ -14,6 +14,21 @@ def _mlp(widths: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
+    """``[(linear layer name, ReLU after it)]`` for an nn.Sequential of Linear/ReLU; None otherwise."""
+    if not isinstance(module, nn.Sequential):
+        return None
+    layers: list[list] = []
+    for name, layer in module.named_children():
+        if isinstance(layer, nn.Linear):
+            layers.append([name, False])
+        elif isinstance(layer, nn.ReLU) and layers and not layers[-1][1]:
+            layers[-1][1] = True
+        else:
+            return None
+    return [(name, relu) for name, relu in layers]
+
+
 class TabularAE(nn.Module):
     """Encoder ``E: R^dx -> R^dz`` and decoder ``D: R^dz -> R^dx``.
 

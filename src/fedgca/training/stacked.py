@@ -15,6 +15,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from fedgca.models.tabular import mlp_layers
+
 
 @dataclass(frozen=True)
 class AdamConfig:
@@ -300,21 +302,6 @@ def select_clients(state: dict, clients: slice) -> dict:
 
 def _clone(v):
     return {k: t.clone() for k, t in v.items()} if isinstance(v, dict) else v.clone()
-
-
-def mlp_layers(module: nn.Module) -> list[tuple[str, bool]] | None:
-    """``[(linear layer name, ReLU after it)]`` for an nn.Sequential of Linear/ReLU; None otherwise."""
-    if not isinstance(module, nn.Sequential):
-        return None
-    layers: list[list] = []
-    for name, layer in module.named_children():
-        if isinstance(layer, nn.Linear):
-            layers.append([name, False])
-        elif isinstance(layer, nn.ReLU) and layers and not layers[-1][1]:
-            layers[-1][1] = True
-        else:
-            return None
-    return [(name, relu) for name, relu in layers]
 
 
 def _stacked_mlp(params: dict[str, Tensor], prefix: str, layers, x: Tensor) -> Tensor:
