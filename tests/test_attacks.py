@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedgca import rundir
 from fedgca.attacks.flipping import direct_decodes, flipped_loss, train_surrogate
 from fedgca.attacks.inversion import invert, invert_model, make_starts
 from fedgca.attacks.metrics import (
@@ -286,7 +287,7 @@ def test_attack_on_a_fedavg_run_inverts_the_victims_last_upload(tmp_path, data_d
     npz = np.load(out / "attack_outputs.npz")
     assert npz["outputs"].shape == (100, 22) and npz["reference"].shape == (100, 22)
     # the upload is the victim's locally trained model, not the global average every client holds now
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    ckpt = rundir.load_tensors(out / "checkpoint.pt")
     upload = {k: v[3] for k, v in ckpt["method"]["last_upload"].items()}
     assert any(not torch.equal(upload[k], ckpt["method"]["global"][k]) for k in upload)
     model = TabularAE(22)

@@ -10,6 +10,7 @@ from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture
 
+from fedgca import rundir
 from fedgca.protocol.clustering import (
     ClusterSummary,
     GMMBackend,
@@ -471,7 +472,7 @@ def test_gmm_warm_start_starts_each_round_at_the_previous_broadcast(tmp_path, da
     firsts = seen[::4]  # each round builds the GMM and its three reg_covar retries (unused here)
     assert len(firsts) == 3 and firsts[0] is None and all(s.shape == (10, 16) for s in firsts[1:])
     assert not np.array_equal(firsts[1], firsts[2])  # each round starts where the one before ended
-    rows = torch.load(tmp_path / "warm" / "checkpoint.pt", weights_only=True)
+    rows = rundir.load_tensors(tmp_path / "warm" / "checkpoint.pt")
     assert rows["method"]["previous"]["centroids"].shape == (10, 16)
 
     kill_after_round(lambda: runner.run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False), 1)

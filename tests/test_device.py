@@ -8,7 +8,6 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from torch.utils._pytree import tree_leaves
 
 from fedgca import devices, methods
 from fedgca.config import RunConfig
@@ -199,65 +198,21 @@ def test_the_vision_path_gives_the_same_numbers_twice_on_cuda(tmp_path):
     assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
 
 
-def _tensors(obj) -> list:
-    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
-
-
-def test_a_state_comes_to_the_host_in_one_read_per_dtype(tmp_path):
-    """``devices.host_snapshot``, the checkpoint's way off a GPU: one flat copy per dtype, the same values and
-    shapes, new containers, a snapshot, and no more bytes than the tensors' own. Here of CPU tensors: the path a
-    GPU takes, less the transfer itself."""
-    big = torch.arange(1_000_000, dtype=torch.float32)
-    w = torch.randn(4, 3)
-    state = {"clients": {"params": {"w": w, "w_t": w.t(), "tail": big[-5:]}, "step": torch.tensor(7),
-                         "empty": torch.zeros(0, 2)},
-             "method": [torch.arange(6).view(2, 3), (torch.ones(2, dtype=torch.float64), 3.5)],
-             "rows": [{"round": 0, "auroc": 0.5}], "round": 1}
-    expected = [t.clone() for t in _tensors(state)]
-    host = devices.host_snapshot(state)
-    got = _tensors(host)
-    assert len(got) == len(expected) == 7
-    for a, b in zip(got, expected):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    assert host["rows"] == state["rows"] and host["round"] == 1 and host["method"][1][1] == 3.5
-    assert isinstance(host["method"][1], tuple)
-    assert len({t.untyped_storage().data_ptr() for t in got}) == 3  # float32, int64, float64
-    w.add_(1)
-    big.zero_()
-    assert torch.equal(host["clients"]["params"]["w"], expected[0])  # a snapshot
-    assert torch.equal(host["clients"]["params"]["tail"], expected[2])
-    torch.save(state, tmp_path / "as_is.pt")
-    torch.save(host, tmp_path / "host.pt")
-    assert (tmp_path / "host.pt").stat().st_size < 10_000 < (tmp_path / "as_is.pt").stat().st_size  # not `big`
-    for a, b in zip(_tensors(torch.load(tmp_path / "host.pt", weights_only=True)), expected):
-        assert torch.equal(a, b)
-    state["rows"].append({"round": 1})
-    assert len(host["rows"]) == 1  # new containers
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_cuda_runs_checkpoint_is_read_back_once_per_dtype_and_resumes(tmp_path, data_dir, kill_after_round):
+    """A GPU run's checkpoint is packed (``tensorpack``): one buffer per dtype, each one read back from the device,
+    and it resumes to the numbers of the run never killed."""
+    from fedgca import tensorpack
+
     cfg = _cfg("gca", device="cuda", rounds=3)
     whole = run(cfg, tmp_path / "whole", data_dir=data_dir, progress=False)
     kill_after_round(lambda: run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False), 1)
-    kept = _tensors(torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True))
-    assert all(t.device.type == "cpu" for t in kept)
-    # one storage per (device, dtype) the state had: the GPU's tensors and the few the run keeps on the CPU
-    assert len({t.untyped_storage().data_ptr() for t in kept}) <= 2 * len({t.dtype for t in kept}) < len(kept)
+    kept = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
+    assert tensorpack.is_packed(kept) and all(b.device.type == "cpu" for b in kept["buffers"])
+    # one buffer per (device, dtype) the state had: the GPU's tensors and the few the run keeps on the CPU
+    assert len(kept["buffers"]) <= 2 * len({b.dtype for b in kept["buffers"]})
     resumed = run(cfg, tmp_path / "resumed", data_dir=data_dir, progress=False, resume=True)
     for m in ("accuracy", "auroc"):
         assert resumed["final"][m] == pytest.approx(whole["final"][m], abs=1e-6)
 
 
-def test_the_checkpoint_writer_snapshots_an_off_cpu_runs_state_through_host_snapshot(tmp_path, monkeypatch):
-    from fedgca import rundir
-
-    seen = []
-    real = devices.host_snapshot
-    monkeypatch.setattr(devices, "host_snapshot", lambda obj: seen.append(obj) or real(obj))
-    for device, moved in ((None, 0), ("cpu", 0), ("cuda:1", 1), ("mps", 2)):
-        writer = rundir.CheckpointWriter(tmp_path, device=device)
-        writer.save({"round": 0, "w": torch.ones(2)})
-        writer.wait()
-        assert len(seen) == moved
-    assert torch.equal(rundir.load_tensors(rundir.verify(tmp_path, rundir.CHECKPOINT))["w"], torch.ones(2))

@@ -13,7 +13,7 @@ import torch
 from flower_hooks import faulty_client_app
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedgca import methods
+from fedgca import methods, rundir
 from fedgca.algorithms import method_class
 from fedgca.cli.main import main as cli_main
 from fedgca.config import RunConfig
@@ -58,7 +58,7 @@ def test_gca_flower_simulation_matches_simulator(tmp_path, data_dir):
         for m in METRICS:
             assert fl[p][m] == sim[p][m]
     # per-client, per-round metrics (the simulator keeps them in its checkpoint rows)
-    ckpt = torch.load(tmp_path / "sim" / "checkpoint.pt", weights_only=True)
+    ckpt = rundir.load_tensors(tmp_path / "sim" / "checkpoint.pt")
     sim_round = [r for r in ckpt["rows"] if r["phase"] == "round"]
     fl_rounds = [json.loads(line) for line in (tmp_path / "flower" / "rounds.jsonl").read_text().splitlines()]
     assert [r["took_part"] for r in fl_rounds] == [[0, 1, 2], [0, 1, 2]]
@@ -444,7 +444,7 @@ def test_align_evaluations_of_the_ablation_client_alone_match_the_simulator_and_
     run(one, tmp_path / "sim", data_dir=data_dir, progress=False)
     run(every, tmp_path / "all", data_dir=data_dir, progress=False)
     assert (tmp_path / "flower" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
-    rows_one, rows_all = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["rows"] for d in ("sim", "all"))
+    rows_one, rows_all = (rundir.load_tensors(tmp_path / d / "checkpoint.pt")["rows"] for d in ("sim", "all"))
     assert [(r["round"], r["phase"], r["epoch"]) for r in rows_one] == [(r["round"], r["phase"], r["epoch"])
                                                                          for r in rows_all]
     for a, b in zip(rows_one, rows_all):

@@ -6,7 +6,7 @@ import csv
 import pytest
 import torch
 
-from fedgca import seeding
+from fedgca import rundir, seeding
 from fedgca.config import RunConfig
 from fedgca.data.source import DataSource
 from fedgca.evaluation.metrics import evaluate_clients
@@ -22,7 +22,7 @@ TINY = dict(dataset="academic", method="fedavg", clients=3, rounds=2, local_epoc
 
 def _global_after(tmp_path, data_dir, **kw) -> dict:
     run(RunConfig(**{**TINY, **kw}), tmp_path, data_dir=data_dir, progress=False)
-    return torch.load(tmp_path / "checkpoint.pt", weights_only=True)["method"]["global"]
+    return rundir.load_tensors(tmp_path / "checkpoint.pt")["method"]["global"]
 
 
 def _reference_fedavg(data_dir, reset: bool) -> dict:
@@ -62,7 +62,7 @@ def test_baseline_eval_local_scores_the_pre_aggregation_models(tmp_path, data_di
     rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
     assert [(r["phase"], r["paper"]) for r in rows] == [("local", "1"), ("round", "0")]
     # the local row is the evaluation of what each client uploaded (its model before aggregation)
-    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    ckpt = rundir.load_tensors(tmp_path / "checkpoint.pt")
     fed = build_federation(cfg, DataSource.builtin(cfg.dataset, data_dir))
     uploaded = StackedModels([init_model(cfg.seed, fed.dataset.input_shape, i) for i in range(3)])
     with torch.no_grad():
@@ -119,7 +119,7 @@ def test_validation_threshold(tmp_path, data_dir):
     assert val["final"]["accuracy"] != train["final"]["accuracy"]
     # the saved detector's τ is the quantile of its validation rows' scores under the final model
     fed = build_federation(RunConfig(**kw, threshold="val-quantile"), DataSource.builtin(kw["dataset"], data_dir))
-    fed.clients.load_state_dict(torch.load(tmp_path / "val" / "checkpoint.pt", weights_only=True)["clients"])
+    fed.clients.load_state_dict(rundir.load_tensors(tmp_path / "val" / "checkpoint.pt")["clients"])
     scores = shard_scores(fed.clients, fed.val_shards)
     for i in range(3):
         det = load_client_detector(tmp_path / "val", i)

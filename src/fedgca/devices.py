@@ -50,30 +50,6 @@ def has_float64(device) -> bool:
     return torch.device(device).type != "mps"
 
 
-def host_snapshot(obj):
-    """``obj`` (tensors in dicts, lists and tuples) as new containers holding host copies of its tensors, made in
-    one transfer per (device, dtype): a flat buffer of them all, then views of it, shaped as before. The copy is
-    a snapshot: the tensors may change and the lists grow afterwards. It is how a run off the CPU checkpoints:
-    ``torch.save`` of device tensors copies each storage on its own, a blocking read per tensor (38 to 62 per run
-    and round on a GPU, each waiting for the stream), and a tensor that is a view costs its whole storage."""
-    import torch
-    from torch.utils._pytree import tree_flatten, tree_unflatten
-
-    leaves, spec = tree_flatten(obj)
-    groups: dict = {}
-    for t in leaves:
-        if isinstance(t, torch.Tensor):
-            groups.setdefault((t.device, t.dtype), {})[id(t)] = t
-    copies: dict[int, torch.Tensor] = {}
-    for group in groups.values():
-        flat = torch.cat([t.detach().reshape(-1) for t in group.values()]).to("cpu")  # the one read back
-        start = 0
-        for key, t in group.items():
-            copies[key] = flat[start:start + t.numel()].view(t.shape)
-            start += t.numel()
-    return tree_unflatten([copies.get(id(x), x) for x in leaves], spec)
-
-
 def to_numpy(t) -> np.ndarray:
     """A tensor's values as a NumPy array, from any device."""
     return t.detach().cpu().numpy()

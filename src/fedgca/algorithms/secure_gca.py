@@ -111,10 +111,12 @@ class SecureGCA(SecureSum, GlobalCentroidAlignment):
 
     def state_dict(self) -> dict:
         # tensors: a checkpoint is read back with torch.load(weights_only=True), which refuses NumPy arrays; the
-        # broadcast too, which on Flower rides with the next round's exchange (a server resumed between the two)
-        out = {} if self.mixture is None else {"mixture": {k: torch.as_tensor(v) for k, v in self.mixture.payload().items()}}
+        # broadcast too, which on Flower rides with the next round's exchange (a server resumed between the two).
+        # On the host, said explicitly: the server's NumPy values, whatever torch's default device
+        out = {} if self.mixture is None else {"mixture": {k: torch.as_tensor(v, device="cpu")
+                                                           for k, v in self.mixture.payload().items()}}
         if getattr(self, "broadcast", None) is not None:
-            out["broadcast"] = {k: torch.as_tensor(v) for k, v in self.broadcast.items()}
+            out["broadcast"] = {k: torch.as_tensor(v, device="cpu") for k, v in self.broadcast.items()}
         return out
 
     def load_state_dict(self, state: dict) -> None:

@@ -51,7 +51,7 @@ def run(cfg: RunConfig, out_dir, *, source: DataSource | None = None, data_dir=N
 
     bar = _Progress(cfg, sim.start_round, sys.stderr.isatty() if progress is None else progress)
     metrics = rundir.MetricsWriter(out)
-    checkpoints = rundir.CheckpointWriter(out, device=fed.device)  # written while the next round computes
+    checkpoints = rundir.CheckpointWriter(out)  # written while the next round computes
     wall = sim.wall_before
     try:
         with bar.logging():  # a warning during the run (a clustering fallback) prints above the bar, not through it
