@@ -17,9 +17,9 @@ over with the manifest. Two parts:
   (each ``fedgca run`` whole, in this process: data, rounds, checkpoints — the last one's write waited for — and
   the files at the end), and each mode's median against ``packed``. Wall time on a shared VM moves with its
   scheduling; CPU time much less.
-- one checkpoint: the first file's GCA state (the run above), saved ``--saves`` times per mode, modes
-  alternating: the CPU time of the run's thread per save (what it stops computing for) and of all threads per
-  save and write.
+- one checkpoint: the first run's state (the first file's first method, above), saved ``--saves`` times per
+  mode, modes alternating: the CPU time of the run's thread per save (what it stops computing for) and of all
+  threads per save and write.
 
     python benchmarks/bench_checkpoints.py [--data-dir ../shared/data] [--files 6_cardio 42_WBC ...]
         [--methods gca fedavg] [--repeat 3] [--modes none packed unpacked synchronous] [--saves 200]
@@ -93,6 +93,7 @@ def main() -> None:
           f"own-data defaults (R = 20), 1 thread")
     walls: dict[str, list[float]] = {mode: [] for mode in args.modes}
     cpus: dict[str, list[float]] = {mode: [] for mode in args.modes}
+    state = whose = None
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # imports first
             cli(["run", "--data", str(paths[0]), "--method", "gca", "--rounds", "1", "--out", str(scratch / "warm")])
@@ -109,14 +110,12 @@ def main() -> None:
                                         "--threads", "1", "--out", str(out)]) == 0
                         total += time.perf_counter() - t
                         cpu += time.process_time() - c
-                        if rep or mode != "packed" or path != paths[0] or method != "gca":
-                            shutil.rmtree(out)
-                        else:
-                            state = rundir.load_tensors(out / rundir.CHECKPOINT)
-                            shutil.rmtree(out)
+                        if state is None and mode == "packed":  # the first run's state: the one-checkpoint part's
+                            state, whose = rundir.load_tensors(out / rundir.CHECKPOINT), f"{path.stem}'s {method}"
+                        shutil.rmtree(out)
                 walls[mode].append(total)
                 cpus[mode].append(cpu)
-        one = _one_checkpoint(state, scratch, args.modes, args.saves) if "packed" in args.modes else {}
+        one = _one_checkpoint(state, scratch, args.modes, args.saves) if state is not None else {}
     finally:
         rundir.CheckpointWriter = background
         shutil.rmtree(scratch, ignore_errors=True)
@@ -127,7 +126,7 @@ def main() -> None:
             ratio = f"   {statistics.median(values) / now:.2f}× packed" if now else ""
             print(f"{what:<5}{mode:<12} {times}   median {statistics.median(values):.2f} s{ratio}")
     if one:
-        print(f"one checkpoint of {paths[0].stem}'s GCA run ({one.pop('bytes') / 2**20:.2f} MiB packed), "
+        print(f"one checkpoint of {whose} run ({one.pop('bytes') / 2**20:.2f} MiB packed), "
               f"{args.saves} saves per mode, CPU ms per save (median of {args.repeat} alternations):")
         for mode, (thread, process) in one.items():
             print(f"  {mode:<12} run's thread {thread:5.2f} ms   all threads {process:5.2f} ms")
